@@ -1,0 +1,75 @@
+"""The attention-backend interface and its registry.
+
+A backend writes the new tokens' K/V into the KV pool at `forward_batch.out_cache_loc`
+(when `save_kv_cache`), then attends over each request's slots read through
+`req_to_token[req_pool_indices[i], :seq_lens[i]]`:
+- extend: request i has `extend_prefix_lens[i]` cached tokens and `extend_seq_lens[i]` new
+  ones; new token j attends to the whole prefix and causally to new tokens 0..j.
+- decode: one new token per request attends to all `seq_lens[i]` tokens (itself included).
+
+Tensors: q `[num_tokens, num_heads * head_dim]`, k and v `[num_tokens, num_kv_heads *
+head_dim]`; the result is `[num_tokens, num_heads * v_head_dim]`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+if TYPE_CHECKING:
+    from radixlm.layers.radix_attention import RadixAttention
+    from radixlm.model_executor.forward_batch import ForwardBatch
+
+
+class AttentionBackend(ABC):
+    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
+        """Precompute per-batch metadata once, before the layers run."""
+
+    @abstractmethod
+    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                       forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor: ...
+
+    @abstractmethod
+    def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                       forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor: ...
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        if forward_batch.forward_mode.is_decode():
+            return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
+        return self.forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
+
+    # CUDA-graph hooks (decode only). Backends that support graphs override these.
+    def init_cuda_graph_state(self, max_bs: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        raise NotImplementedError
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        raise NotImplementedError
+
+
+ATTENTION_BACKENDS: dict[str, Callable[..., AttentionBackend]] = {}
+
+
+def register_attention_backend(name: str) -> Callable:
+    def wrap(factory: Callable[..., AttentionBackend]) -> Callable[..., AttentionBackend]:
+        ATTENTION_BACKENDS[name] = factory
+        return factory
+
+    return wrap
+
+
+def create_attention_backend(name: str, model_runner) -> AttentionBackend:
+    """Build a backend by name; importing the module registers it."""
+    import importlib
+
+    module = {"torch_native": "torch_native_backend", "triton": "triton_backend",
+              "flashinfer": "flashinfer_backend"}.get(name)
+    if module is None:
+        raise ValueError(f"unknown attention backend {name!r}; choose from torch_native, triton, flashinfer")
+    importlib.import_module(f"radixlm.layers.attention.{module}")
+    return ATTENTION_BACKENDS[name](model_runner)

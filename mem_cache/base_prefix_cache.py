@@ -1,0 +1,81 @@
+"""Layer 3: the interface every prefix cache implements (RadixCache, ChunkCache).
+
+A cache maps token-id sequences (partitioned by an `extra_key` such as `cache_salt`)
+to KV slot indices. Schedulers talk to this interface only.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, Sequence
+
+import torch
+
+
+class CacheableReq(Protocol):
+    """What a prefix cache reads and writes on a scheduler request (duck-typed).
+
+    - `all_token_ids()`: input ids followed by output ids so far.
+    - `kv_committed_len`: how many leading tokens of `all_token_ids()` have KV slots
+      in `req_to_token[req_pool_idx, :kv_committed_len]` (allocated and written, or
+      being written by the batch in flight).
+    - `prefix_indices` / `last_node`: the locked cached prefix (set by the scheduler
+      from `match_prefix`, updated by `cache_unfinished_req`).
+    - `extra_key`: the partition key (cache_salt, ...), or None.
+    """
+
+    req_pool_idx: Optional[int]
+    kv_committed_len: int
+    prefix_indices: torch.Tensor
+    last_node: Any
+    extra_key: Optional[str]
+
+    def all_token_ids(self) -> list[int]: ...
+
+
+@dataclass
+class MatchResult:
+    """The longest cached prefix: its slot indices and the tree node where it ends."""
+
+    device_indices: torch.Tensor  # int64 [matched_len]
+    last_node: Any
+
+
+class BasePrefixCache(ABC):
+    @abstractmethod
+    def reset(self) -> None: ...
+
+    @abstractmethod
+    def match_prefix(self, token_ids: Sequence[int], extra_key: Optional[str] = None) -> MatchResult: ...
+
+    @abstractmethod
+    def insert(self, token_ids: Sequence[int], slots: torch.Tensor, extra_key: Optional[str] = None) -> int:
+        """Insert; return how many leading tokens were already cached (their `slots` are duplicates)."""
+
+    @abstractmethod
+    def cache_finished_req(self, req: Any) -> None:
+        """Insert a finished request's tokens, free duplicate/uncached slots, release its row and lock."""
+
+    @abstractmethod
+    def cache_unfinished_req(self, req: Any) -> None:
+        """Insert a running (chunked or retracted) request's computed tokens; re-lock the new node."""
+
+    @abstractmethod
+    def inc_lock_ref(self, node: Any) -> int: ...
+
+    @abstractmethod
+    def dec_lock_ref(self, node: Any) -> int: ...
+
+    @abstractmethod
+    def evict(self, num_tokens: int) -> int:
+        """Evict at least num_tokens unlocked tokens, leaves first (LRU); return how many were freed."""
+
+    @abstractmethod
+    def evictable_size(self) -> int: ...
+
+    @abstractmethod
+    def protected_size(self) -> int: ...
+
+    def total_size(self) -> int:
+        return self.evictable_size() + self.protected_size()

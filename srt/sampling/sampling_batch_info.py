@@ -1,0 +1,38 @@
+"""Per-batch sampling parameters as device tensors, built once per batch by the scheduler.
+
+Sampling is a pure function of (logits, seed, step): every request carries a seed (the
+user's `seed`, or one the scheduler draws from `--random-seed` when the request
+arrives), and `steps[i]` is how many tokens request i has generated before this one.
+So outputs are reproducible, identical with and without the overlap loop, and identical
+on every tensor-parallel rank without broadcasting tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+
+@dataclass
+class SamplingBatchInfo:
+    temperatures: torch.Tensor  # float32 [bs, 1]; 0 means greedy for that row
+    top_ps: torch.Tensor  # float32 [bs]
+    top_ks: torch.Tensor  # int64 [bs]; vocab size (or -1 mapped to it) means off
+    min_ps: torch.Tensor  # float32 [bs]
+    seeds: torch.Tensor  # int64 [bs]
+    steps: torch.Tensor  # int64 [bs]
+    is_all_greedy: bool
+    need_top_p_sampling: bool = False
+    need_top_k_sampling: bool = False
+    need_min_p_sampling: bool = False
+
+    # Penalties (None when no request in the batch uses them)
+    frequency_penalties: Optional[torch.Tensor] = None  # float32 [bs, 1]
+    presence_penalties: Optional[torch.Tensor] = None  # float32 [bs, 1]
+    repetition_penalties: Optional[torch.Tensor] = None  # float32 [bs, 1]
+    output_token_counts: Optional[torch.Tensor] = None  # int32/float [bs, vocab]
+
+    # Structured output: bool mask [bs, vocab] of allowed tokens (True = allowed), or None
+    vocab_mask: Optional[torch.Tensor] = None
