@@ -55,7 +55,9 @@ class BasePrefixCache(ABC):
 
     @abstractmethod
     def cache_finished_req(self, req: Any) -> None:
-        """Insert a finished request's tokens, free duplicate/uncached slots, release its row and lock."""
+        """Insert a finished (or retracted) request's committed tokens, free duplicate/uncached
+        slots, release its lock and row; sets `req.req_pool_idx` and `req.last_node` to None.
+        Reads the request's fields when called: if the call is deferred, defer resets too."""
 
     @abstractmethod
     def cache_unfinished_req(self, req: Any) -> None:
@@ -78,4 +80,10 @@ class BasePrefixCache(ABC):
     def protected_size(self) -> int: ...
 
     def total_size(self) -> int:
+        """Tokens (slots) the cache owns: evictable + protected."""
         return self.evictable_size() + self.protected_size()
+
+    def check_invariants(self, expect_idle: bool = True, check_slots: bool = False) -> list[str]:
+        """Messages describing broken invariants (empty when healthy). With expect_idle (nothing
+        runs or waits): `available + evictable == total`, nothing protected, every row free."""
+        return []

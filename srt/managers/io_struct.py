@@ -23,3 +23,126 @@ class GenerateReqInput:
     stream: bool = False
     cache_salt: Optional[Union[str, list[str]]] = None
     log_metrics: bool = True
+
+
+# ---- TokenizerManager -> Scheduler ------------------------------------------------
+
+
+@dataclass
+class TokenizedGenerateReqInput:
+    """One tokenized, validated request (n > 1 is already expanded into n of these)."""
+
+    rid: str
+    input_ids: list[int]
+    sampling_params: Any  # radixlm.sampling.sampling_params.SamplingParams (normalized)
+    stream: bool = False
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    cache_salt: Optional[str] = None
+
+
+@dataclass
+class AbortReq:
+    rid: str = ""
+    abort_all: bool = False
+
+
+@dataclass
+class FlushCacheReq:
+    pass
+
+
+@dataclass
+class FlushCacheReqOutput:
+    success: bool
+
+
+@dataclass
+class GetServerInfoReq:
+    pass
+
+
+@dataclass
+class GetServerInfoReqOutput:
+    """Scheduler statistics (merged with the server args by the TokenizerManager)."""
+
+    stats: dict
+
+
+@dataclass
+class HealthCheckReq:
+    """Liveness probe: the scheduler answers from its event loop (proves it is not stuck)."""
+
+    token: int = 0
+
+
+@dataclass
+class HealthCheckOutput:
+    token: int = 0
+
+
+# ---- Scheduler -> Detokenizer -> TokenizerManager ----------------------------------
+
+
+@dataclass
+class ReqOutputMeta:
+    """Per-request bookkeeping that travels with every output increment."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    finish_reason: Optional[dict] = None  # None | {"type": "stop"|"length"|"abort", ...}
+
+
+@dataclass
+class ReqLogprobs:
+    """Logprob increments for one request: (logprob, token_id) pairs, top lists of such pairs."""
+
+    input_token_logprobs: list = field(default_factory=list)  # list[tuple[float|None, int]]
+    input_top_logprobs: list = field(default_factory=list)  # list[list[tuple[float, int]] | None]
+    output_token_logprobs: list = field(default_factory=list)
+    output_top_logprobs: list = field(default_factory=list)
+
+
+@dataclass
+class BatchTokenIDOut:
+    """One scheduler step's output increments (only requests that have something to send)."""
+
+    rids: list[str]
+    new_output_ids: list[list[int]]  # ids generated since the last message for that rid
+    metas: list[ReqOutputMeta]
+    skip_special_tokens: list[bool]
+    no_stop_trim: list[bool]
+    stop_strs: list[tuple[str, ...]]  # for holding back a possibly partial stop string
+    logprobs: list[Optional[ReqLogprobs]]
+
+
+@dataclass
+class BatchStrOut:
+    """Detokenized increments: text that became final since the last message for that rid."""
+
+    rids: list[str]
+    new_texts: list[str]
+    new_output_ids: list[list[int]]
+    metas: list[ReqOutputMeta]
+    logprobs: list[Optional[ReqLogprobs]]
+
+
+# ---- Process lifecycle --------------------------------------------------------------
+
+
+@dataclass
+class ProcessReady:
+    """Sent by a child over its readiness pipe once it is serving."""
+
+    name: str
+    info: dict = field(default_factory=dict)  # e.g. the scheduler's max_total_num_tokens
+
+
+@dataclass
+class ProcessFailed:
+    """Sent instead of ProcessReady when startup raised: the child's formatted traceback."""
+
+    name: str
+    traceback: str

@@ -1,0 +1,1 @@
+"""Model loading: embedded model, GGUF conversion, model paths, configs, tokenizers, weights."""

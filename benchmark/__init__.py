@@ -1,0 +1,1 @@
+"""Benchmarks (run as scripts: `python benchmark/bench_serving.py ...`)."""

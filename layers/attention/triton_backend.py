@@ -1,0 +1,140 @@
+"""The `triton` attention backend: the project's own kernels from `radixlm_kernel` (sgl-kernel/).
+
+Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
+`extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
+`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device).
+
+CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (splits per
+request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
+the metadata at them for the batch being captured; `init_forward_metadata_replay_cuda_graph`
+recomputes the splits in place from the batch's (static) `seq_lens` before each replay. No
+step of the decode path reads a device value on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from radixlm.layers.attention.base import AttentionBackend, register_attention_backend
+
+if TYPE_CHECKING:
+    from radixlm.layers.radix_attention import RadixAttention
+    from radixlm.model_executor.forward_batch import ForwardBatch
+
+MAX_KV_SPLITS = 32
+
+
+@dataclass
+class DecodeMetadata:
+    num_kv_splits: torch.Tensor  # int32 [bs]
+    attn_logits: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS, Dv]
+    attn_lse: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS]
+
+
+@dataclass
+class ExtendMetadata:
+    extend_start_loc: torch.Tensor  # [bs] offsets of each request's new tokens
+    max_len_extend: int
+
+
+@register_attention_backend("triton")
+class TritonAttnBackend(AttentionBackend):
+    def __init__(self, model_runner: object) -> None:
+        import radixlm_kernel  # the kernel package (pip install -e sgl-kernel)
+
+        self.kernel = radixlm_kernel
+        pool = model_runner.token_to_kv_pool
+        cfg = model_runner.model_config
+        self.device = torch.device(model_runner.device)
+        self.num_kv_heads = pool.head_num
+        self.v_head_dim = pool.v_head_dim
+        self.num_q_heads = cfg.num_attention_heads // getattr(model_runner, "tp_size", 1)
+        self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                        if self.device.type == "cuda" else 8)
+        self.forward_metadata: Optional[DecodeMetadata | ExtendMetadata] = None
+        self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
+
+    # ---- metadata ------------------------------------------------------------------------
+
+    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
+        if forward_batch.forward_mode.is_decode():
+            bs = forward_batch.batch_size
+            self.forward_metadata = DecodeMetadata(self._num_kv_splits(forward_batch.seq_lens), *self._scratch(bs))
+            return
+        ext = forward_batch.extend_seq_lens
+        start = forward_batch.extend_start_loc
+        if start is None:
+            start = torch.cumsum(ext, dim=0) - ext
+        self.forward_metadata = ExtendMetadata(start, max(forward_batch.extend_seq_lens_cpu, default=0))
+
+    def _num_kv_splits(self, seq_lens: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.kernel.compute_num_kv_splits(seq_lens, self.num_kv_heads, MAX_KV_SPLITS, self.num_sms, out=out)
+
+    def _scratch(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.empty((bs, self.num_q_heads, MAX_KV_SPLITS, self.v_head_dim), dtype=torch.float32,
+                             device=self.device)
+        lse = torch.empty((bs, self.num_q_heads, MAX_KV_SPLITS), dtype=torch.float32, device=self.device)
+        return logits, lse
+
+    # ---- CUDA graphs (decode) -----------------------------------------------------------
+
+    def init_cuda_graph_state(self, max_bs: int) -> None:
+        self.cuda_graph_num_kv_splits = torch.ones(max_bs, dtype=torch.int32, device=self.device)
+        self.cuda_graph_attn_logits, self.cuda_graph_attn_lse = self._scratch(max_bs)
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        if self.cuda_graph_num_kv_splits is None:
+            raise RuntimeError("call init_cuda_graph_state(max_bs) before capturing")
+        bs = forward_batch.batch_size
+        splits = self._num_kv_splits(forward_batch.seq_lens[:bs], out=self.cuda_graph_num_kv_splits)
+        self.forward_metadata = DecodeMetadata(splits, self.cuda_graph_attn_logits, self.cuda_graph_attn_lse)
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        bs = forward_batch.batch_size
+        self._num_kv_splits(forward_batch.seq_lens[:bs], out=self.cuda_graph_num_kv_splits)
+
+    # ---- forward --------------------------------------------------------------------------
+
+    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                       forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        meta = self.forward_metadata
+        if not isinstance(meta, ExtendMetadata):
+            raise RuntimeError("init_forward_metadata was not called for this extend batch")
+        k3, v3 = self._save_kv(k, v, layer, forward_batch, save_kv_cache)
+        k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        o = q.new_empty(q.shape[0], layer.tp_q_head_num, layer.v_head_dim)
+        self.kernel.extend_attention_fwd(
+            q.view(q.shape[0], layer.tp_q_head_num, layer.head_dim), k3, v3, o, k_buf, v_buf,
+            forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
+            forward_batch.extend_seq_lens, meta.extend_start_loc, meta.max_len_extend, layer.scaling)
+        return o.view(q.shape[0], -1)
+
+    def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                       forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        meta = self.forward_metadata
+        if not isinstance(meta, DecodeMetadata):
+            raise RuntimeError("init_forward_metadata was not called for this decode batch")
+        self._save_kv(k, v, layer, forward_batch, save_kv_cache)
+        k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+        bs = q.shape[0]
+        o = q.new_empty(bs, layer.tp_q_head_num, layer.v_head_dim)
+        self.kernel.decode_attention_fwd(
+            q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
+            forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
+            meta.num_kv_splits, layer.scaling, max_kv_splits=MAX_KV_SPLITS, attn_logits=meta.attn_logits,
+            attn_lse=meta.attn_lse)
+        return o.view(bs, -1)
+
+    def _save_kv(self, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",
+                 save_kv_cache: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[T, H, D]` views of k and v, written into the pool at out_cache_loc when `save_kv_cache`."""
+        n = k.shape[0]
+        k3 = k.view(n, layer.tp_k_head_num, layer.head_dim)
+        v3 = v.view(n, layer.tp_v_head_num, layer.v_head_dim)
+        if save_kv_cache:
+            k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+            self.kernel.store_kv_cache(k_buf, v_buf, forward_batch.out_cache_loc, k3, v3)
+        return k3, v3

@@ -1,0 +1,80 @@
+"""From final hidden states to logits (and input-token logprobs).
+
+Extend: the last new token of each request gives its next-token logits. Decode: every
+token does. When `forward_batch.return_logprob`, extend batches also score the prompt:
+for request i, new-token positions `extend_logprob_start_lens_cpu[i]` ..
+`extend_seq_lens_cpu[i] - 2` give the logprob of the *next* input token (the last
+position scores the sampled token, reported separately) — see `ForwardOutput`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import torch
+from torch import nn
+
+from radixlm.distributed import tensor_model_parallel_all_gather
+
+if TYPE_CHECKING:
+    from radixlm.model_executor.forward_batch import ForwardBatch
+
+
+@dataclass
+class LogitsProcessorOutput:
+    next_token_logits: torch.Tensor  # float32 [bs, vocab]
+    input_token_logprobs: Optional[torch.Tensor] = None  # float32 [n_selected]
+    input_top_logprobs_val: Optional[torch.Tensor] = None  # float32 [n_selected, k]
+    input_top_logprobs_idx: Optional[torch.Tensor] = None  # int64 [n_selected, k]
+
+
+class LogitsProcessor(nn.Module):
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, input_ids: torch.Tensor, hidden_states: torch.Tensor, lm_head: nn.Module,
+                forward_batch: "ForwardBatch") -> LogitsProcessorOutput:
+        if forward_batch.forward_mode.is_decode():
+            last_hidden = hidden_states
+        else:
+            last_index = torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1
+            last_hidden = hidden_states[last_index]
+        out = LogitsProcessorOutput(next_token_logits=self.compute_logits(last_hidden, lm_head))
+        if forward_batch.return_logprob and forward_batch.forward_mode.is_extend():
+            self._add_input_logprobs(out, input_ids, hidden_states, lm_head, forward_batch)
+        return out
+
+    def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        logits = torch.matmul(hidden, lm_head.weight.T)
+        logits = tensor_model_parallel_all_gather(logits, dim=-1)
+        return logits[:, :self.vocab_size].float()
+
+    def _add_input_logprobs(self, out: LogitsProcessorOutput, input_ids: torch.Tensor, hidden_states: torch.Tensor,
+                            lm_head: nn.Module, fb: "ForwardBatch") -> None:
+        rows: list[int] = []
+        offset = 0
+        starts = fb.extend_logprob_start_lens_cpu or [0] * fb.batch_size
+        for start, length in zip(starts, fb.extend_seq_lens_cpu):
+            rows.extend(range(offset + start, offset + length - 1))
+            offset += length
+        device = hidden_states.device
+        row_t = torch.tensor(rows, dtype=torch.int64, device=device)
+        logprobs = torch.log_softmax(self.compute_logits(hidden_states[row_t], lm_head), dim=-1)
+        targets = input_ids[row_t + 1]
+        out.input_token_logprobs = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
+        k = max(fb.top_logprobs_nums or [0])
+        if k > 0:
+            out.input_top_logprobs_val, out.input_top_logprobs_idx = logprobs.topk(k, dim=-1)
+
+
+def next_token_logprobs(logits: torch.Tensor, next_token_ids: torch.Tensor, top_k: int
+                        ) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Logprob of each sampled token under the unprocessed distribution, and the top-`top_k` (or None)."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logprobs.gather(1, next_token_ids.view(-1, 1)).squeeze(1)
+    if top_k <= 0:
+        return chosen, None, None
+    val, idx = logprobs.topk(top_k, dim=-1)
+    return chosen, val, idx

@@ -1,0 +1,32 @@
+"""RadixAttention: one attention layer over the paged KV pool, delegated to the batch's backend.
+
+The backend writes the new K/V at `forward_batch.out_cache_loc` and reads each request's
+context through `req_to_token`; this layer only carries the shapes and the layer id.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from radixlm.model_executor.forward_batch import ForwardBatch
+
+
+class RadixAttention(nn.Module):
+    def __init__(self, num_heads: int, head_dim: int, scaling: float, num_kv_heads: int, layer_id: int,
+                 v_head_dim: int = -1) -> None:
+        super().__init__()
+        self.tp_q_head_num = num_heads  # heads held by this rank
+        self.tp_k_head_num = self.tp_v_head_num = num_kv_heads
+        self.head_dim = self.qk_head_dim = head_dim
+        self.v_head_dim = v_head_dim if v_head_dim != -1 else head_dim
+        self.scaling = scaling
+        self.layer_id = layer_id
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch",
+                save_kv_cache: bool = True) -> torch.Tensor:
+        """q `[T, Hq*D]`, k/v `[T, Hkv*D]` -> `[T, Hq*Dv]`."""
+        return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache)

@@ -1,0 +1,25 @@
+"""radixlm's kernels: Triton implementations with a pure-torch reference for each (`reference`).
+
+On a machine without a GPU, set `TRITON_INTERPRET=1` before importing this package to run
+the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
+"""
+
+from radixlm_kernel.activation import silu_and_mul
+from radixlm_kernel.decode_attention import compute_num_kv_splits, decode_attention_fwd
+from radixlm_kernel.extend_attention import extend_attention_fwd
+from radixlm_kernel.kv_cache import store_kv_cache
+from radixlm_kernel.norm import fused_add_rmsnorm, rmsnorm
+from radixlm_kernel.rotary import apply_rotary_pos_emb_
+from radixlm_kernel.sampling import top_k_top_p_min_p_sampling
+
+__all__ = [
+    "apply_rotary_pos_emb_",
+    "compute_num_kv_splits",
+    "decode_attention_fwd",
+    "extend_attention_fwd",
+    "fused_add_rmsnorm",
+    "rmsnorm",
+    "silu_and_mul",
+    "store_kv_cache",
+    "top_k_top_p_min_p_sampling",
+]

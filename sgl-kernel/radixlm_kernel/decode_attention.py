@@ -1,0 +1,174 @@
+"""Flash-decoding over a page-size-1 KV pool.
+
+Each request's context is `req_to_token[req_pool_indices[b], :seq_lens[b]]` (slot ids).
+Stage 1 splits that context into `num_kv_splits[b]` chunks; one program per
+(request, kv head, split) runs an online softmax for all the q heads that share the kv
+head (GQA: K/V are read once per group) and writes a partial output and its
+log-sum-exp. Stage 2 merges the splits per (request, q head).
+
+The grid is fixed by (batch size, kv heads, `max_kv_splits`) and every length is read
+on the device, so a decode step can be captured in a CUDA graph and replayed with new
+sequence lengths; programs whose split is past `num_kv_splits[b]` exit at once.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+import triton
+import triton.language as tl
+
+from radixlm_kernel.utils import next_power_of_2
+
+# Tuning knobs, module-level so a sweep can set them; chosen on an H200 (bf16, 32 q / 8 kv heads,
+# head_dim 128) over bs x ctx in {1x512, 1x4096, 8x2048, 32x1024, 64x512, 64x4096}
+BLOCK_N = 64
+NUM_WARPS = 2
+NUM_STAGES = 3
+MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the parallelism gains
+OCCUPANCY = 2  # aim for this many split programs per SM
+
+
+@triton.jit
+def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
+                         mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
+                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, group, head_dim, v_head_dim,
+                         BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                         BLOCK_N: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
+    num_splits = tl.load(splits_ptr + b).to(tl.int32)
+    split_len = tl.cdiv(seq_len, num_splits)
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+    if (split < num_splits) & (start < end):
+        row = tl.load(req_pool_ptr + b).to(tl.int64)
+        h = tl.arange(0, BLOCK_H)
+        heads = kv_head * group + h
+        h_mask = h < group
+        d = tl.arange(0, BLOCK_D)
+        dv = tl.arange(0, BLOCK_DV)
+        q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :],
+                    mask=h_mask[:, None] & (d[None, :] < head_dim), other=0.0)
+        q = q.to(k_buf_ptr.dtype.element_ty)
+        m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
+        l = tl.zeros([BLOCK_H], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            n_mask = n < end
+            slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
+            k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + kv_head * kb_s1 + d[:, None],
+                        mask=n_mask[None, :] & (d[:, None] < head_dim), other=0.0)
+            s = tl.dot(q, k).to(tl.float32) * sm_scale
+            s = tl.where(n_mask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            v = tl.load(v_buf_ptr + slots[:, None] * vb_s0 + kv_head * vb_s1 + dv[None, :],
+                        mask=n_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+            l = l * alpha + tl.sum(p, axis=1)
+            m = m_new
+        out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + split * mo_s2 + dv[None, :]
+        tl.store(out_ptrs, acc / l[:, None], mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+        tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + split, m + tl.log(l), mask=h_mask)
+
+
+@triton.jit
+def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1,
+                         o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64)
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
+    num_splits = tl.load(splits_ptr + b).to(tl.int32)
+    split_len = tl.cdiv(seq_len, num_splits)
+    s = tl.arange(0, BLOCK_S)
+    valid = (s < num_splits) & (s * split_len < seq_len)
+    dv = tl.arange(0, BLOCK_DV)
+    lse = tl.load(mid_lse_ptr + b * ml_s0 + head * ml_s1 + s, mask=valid, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    w = tl.where(valid, tl.exp(lse - m), 0.0)
+    parts = tl.load(mid_o_ptr + b * mo_s0 + head * mo_s1 + s[:, None] * mo_s2 + dv[None, :],
+                    mask=valid[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+    total = tl.sum(w, axis=0)
+    out = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0, total, 1.0)
+    tl.store(o_ptr + b * o_s0 + head * o_s1 + dv, out.to(o_ptr.dtype.element_ty), mask=dv < v_head_dim)
+
+
+def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_splits: int,
+                          num_sms: Optional[int] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Splits per request, on the device (int32 [bs]): enough programs to fill the GPU, at least
+    `MIN_SPLIT_LEN` tokens per split, at most `max_kv_splits`. No host sync; `out` reuses a buffer."""
+    bs = seq_lens.shape[0]
+    if num_sms is None:
+        num_sms = _num_sms(seq_lens.device)
+    by_occupancy = max(1, min(max_kv_splits, triton.cdiv(OCCUPANCY * num_sms, max(1, bs * num_kv_heads))))
+    splits = torch.clamp((seq_lens + (MIN_SPLIT_LEN - 1)) // MIN_SPLIT_LEN, 1, by_occupancy)
+    if out is None:
+        return splits.to(torch.int32)
+    out[:bs].copy_(splits)
+    return out[:bs]
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 8
+
+
+def _as_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """`[T, H*D]` or `[T, H, D]` -> a `[T, H, D]` view with a unit last stride."""
+    view = x.view(x.shape[0], -1, head_dim) if x.dim() == 2 else x
+    if view.stride(-1) != 1:
+        raise ValueError(f"expected a unit last stride, got strides {x.stride()}")
+    return view
+
+
+def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, o: torch.Tensor,
+                         req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                         num_kv_splits: Union[torch.Tensor, int], sm_scale: float,
+                         max_kv_splits: Optional[int] = None, attn_logits: Optional[torch.Tensor] = None,
+                         attn_lse: Optional[torch.Tensor] = None) -> None:
+    """One new token per request attends to its whole context; writes `o`.
+
+    q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
+    num_kv_splits: int32 [bs] device tensor (see `compute_num_kv_splits`) or one int for all;
+    max_kv_splits: the grid's split dimension (defaults to the int, else 16); attn_logits
+    `[>=bs, Hq, max_kv_splits, Dv]` and attn_lse `[>=bs, Hq, max_kv_splits]` float32 are the
+    scratch buffers (pass static ones under a CUDA graph; allocated when None).
+    """
+    head_dim, v_head_dim = k_buffer.shape[-1], v_buffer.shape[-1]
+    q3, o3 = _as_heads(q, head_dim), _as_heads(o, v_head_dim)
+    bs, num_q_heads, num_kv_heads = q3.shape[0], q3.shape[1], k_buffer.shape[1]
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"{num_q_heads} q heads are not a multiple of {num_kv_heads} kv heads")
+    if isinstance(num_kv_splits, int):
+        max_kv_splits = max_kv_splits or num_kv_splits
+        num_kv_splits = torch.full((bs,), num_kv_splits, dtype=torch.int32, device=q.device)
+    max_kv_splits = max_kv_splits or 16
+    if bs == 0:
+        return
+    if attn_logits is None:
+        attn_logits = torch.empty((bs, num_q_heads, max_kv_splits, v_head_dim), dtype=torch.float32, device=q.device)
+    if attn_lse is None:
+        attn_lse = torch.empty((bs, num_q_heads, max_kv_splits), dtype=torch.float32, device=q.device)
+    if (attn_logits.shape[0] < bs or attn_logits.shape[1] != num_q_heads or attn_logits.shape[2] < max_kv_splits
+            or attn_lse.shape[0] < bs or attn_lse.shape[1] != num_q_heads or attn_lse.shape[2] < max_kv_splits):
+        raise ValueError(f"scratch buffers {tuple(attn_logits.shape)} / {tuple(attn_lse.shape)} do not fit "
+                         f"bs {bs}, {num_q_heads} q heads, {max_kv_splits} splits")
+    group = num_q_heads // num_kv_heads
+    _decode_split_kernel[(bs, num_kv_heads, max_kv_splits)](
+        q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
+        sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
+        v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
+        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), group, head_dim, v_head_dim,
+        BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
+        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    _decode_merge_kernel[(bs, num_q_heads)](
+        attn_logits, attn_lse, o3, seq_lens, num_kv_splits, attn_logits.stride(0), attn_logits.stride(1),
+        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0), o3.stride(1), v_head_dim,
+        BLOCK_S=next_power_of_2(max_kv_splits), BLOCK_DV=next_power_of_2(v_head_dim), num_warps=4)

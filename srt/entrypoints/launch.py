@@ -1,0 +1,111 @@
+"""Start the serving processes shared by the Engine and the HTTP server.
+
+`launch_subprocesses(server_args) -> (TokenizerManager, ChildProcesses)` spawns the
+scheduler rank(s) and the detokenizer, waits for each to report ready over its pipe (a
+startup exception comes back as the child's traceback and is re-raised here), and
+builds the TokenizerManager in this process. Children exit when this process dies
+(their watchdog); a child that dies first makes the TokenizerManager unhealthy.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from radixlm.managers.io_struct import ProcessFailed, ProcessReady
+from radixlm.managers.ports import PortArgs
+from radixlm.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 600.0
+
+
+@dataclass
+class ChildProcesses:
+    """The spawned children, by name, and the ipc paths they use."""
+
+    port_args: PortArgs
+    procs: dict[str, Any] = field(default_factory=dict)
+    ready_info: dict[str, dict] = field(default_factory=dict)
+
+    def dead_reason(self) -> Optional[str]:
+        for name, proc in self.procs.items():
+            if not proc.is_alive():
+                return f"{name} process (pid {proc.pid}) exited with code {proc.exitcode}"
+        return None
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        for proc in self.procs.values():
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs.values():
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        self.port_args.remove_files()
+
+
+def _start(ctx: Any, children: ChildProcesses, name: str, target: Callable, args: tuple) -> Any:
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(*args, writer, os.getpid()), name=f"radixlm-{name}", daemon=True)
+    proc.start()
+    writer.close()
+    children.procs[name] = proc
+    return reader
+
+
+def _wait_ready(children: ChildProcesses, pipes: dict[str, Any], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for name, pipe in pipes.items():
+        proc = children.procs[name]
+        while not pipe.poll(0.2):
+            if not proc.is_alive() and not pipe.poll(0.5):
+                raise RuntimeError(f"{name} process died during startup (exit code {proc.exitcode})")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} process did not become ready within {timeout_s:.0f} s")
+        try:
+            msg = pipe.recv()
+        except EOFError:
+            raise RuntimeError(f"{name} process closed its readiness pipe without reporting (exit code "
+                               f"{proc.exitcode}); children are spawned, so a script that starts an Engine "
+                               f"must do so under `if __name__ == '__main__':`") from None
+        if isinstance(msg, ProcessFailed):
+            raise RuntimeError(f"{name} process failed to start; its traceback:\n{msg.traceback}")
+        assert isinstance(msg, ProcessReady), msg
+        children.ready_info[name] = msg.info
+
+
+def launch_subprocesses(server_args: ServerArgs) -> tuple[Any, ChildProcesses]:
+    from radixlm.managers.detokenizer_manager import run_detokenizer_process
+    from radixlm.managers.scheduler import run_scheduler_process
+    from radixlm.managers.tokenizer_manager import TokenizerManager
+
+    server_args = server_args.resolved()
+    server_args.validate()
+    if server_args.nnodes > 1:
+        raise NotImplementedError("--nnodes > 1 is not supported yet")
+    port_args = PortArgs.new()
+    ctx = mp.get_context("spawn")
+    children = ChildProcesses(port_args)
+    pipes: dict[str, Any] = {}
+    try:
+        for rank in range(server_args.tp_size):
+            pipes[f"scheduler-tp{rank}"] = _start(ctx, children, f"scheduler-tp{rank}", run_scheduler_process,
+                                                  (server_args, port_args, rank))
+        pipes["detokenizer"] = _start(ctx, children, "detokenizer", run_detokenizer_process,
+                                      (server_args, port_args))
+        tokenizer_manager = TokenizerManager(server_args, port_args)  # loads while the children start
+        _wait_ready(children, pipes, STARTUP_TIMEOUT_S)
+    except BaseException:
+        children.shutdown()
+        raise
+    tokenizer_manager.attach_children(children, children.ready_info.get("scheduler-tp0", {}))
+    logger.info("radixlm ready: %s", children.ready_info.get("scheduler-tp0", {}))
+    return tokenizer_manager, children

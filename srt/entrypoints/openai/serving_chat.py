@@ -1,0 +1,163 @@
+"""`/v1/chat/completions`: messages -> chat template -> token ids -> response or SSE stream.
+
+The template is the tokenizer's own (`tokenizer_config.json`'s chat_template) unless
+`--chat-template` names a Jinja file. A stream sends, per choice, a role chunk, content
+deltas and a finish-reason chunk; then a usage chunk (stream_options.include_usage); then
+`[DONE]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, AsyncIterator, Optional
+
+from radixlm.entrypoints.openai.protocol import (
+    ChatCompletionChoice, ChatCompletionRequest, ChatCompletionResponse, ChatCompletionStreamResponse,
+    ChatResponseMessage, ChatStreamChoice, ChatTokenLogprob, ChoiceLogprobs, DeltaMessage, TopLogprob,
+)
+from radixlm.entrypoints.openai.serving_base import (
+    OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_model, finish_reason,
+    check_max_tokens, new_rid, reject_unsupported, sampling_params, sse, sse_stream, stream_usage, token_text,
+)
+from radixlm.managers.io_struct import GenerateReqInput
+
+MAX_TOP_LOGPROBS = 20
+
+
+def load_chat_template(path: Optional[str]) -> Optional[str]:
+    """`--chat-template`: a Jinja file (its text is the template); None keeps the tokenizer's."""
+    if path is None:
+        return None
+    if not os.path.isfile(path):
+        raise ValueError(f"--chat-template file not found: {path!r}")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+@dataclasses.dataclass
+class ChatPlan:
+    request: ChatCompletionRequest
+    rid: str
+    obj: GenerateReqInput
+
+
+class OpenAIServingChat(OpenAIServingBase):
+    def __init__(self, tokenizer_manager: Any, chat_template: Optional[str] = None) -> None:
+        super().__init__(tokenizer_manager)
+        self.chat_template = chat_template
+
+    # ---- request -> plan --------------------------------------------------------------
+
+    def plan(self, req: ChatCompletionRequest) -> ChatPlan:
+        check_model(req.model, self.served_model_name)
+        reject_unsupported(req)
+        if req.top_logprobs is not None:
+            if not req.logprobs:
+                raise OpenAIError("top_logprobs requires logprobs to be true", 400, "top_logprobs")
+            if not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
+                raise OpenAIError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}",
+                                  400, "top_logprobs")
+        prompt_ids = self.prompt_ids(req)
+        max_new = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        check_max_tokens(max_new)
+        check_context_length(len(prompt_ids), max_new, self.context_len)
+        if max_new is None:
+            max_new = self.context_len - len(prompt_ids)
+        rid = new_rid(req)
+        obj = GenerateReqInput(
+            input_ids=prompt_ids, sampling_params=sampling_params(req, max_new), rid=rid,
+            return_logprob=req.logprobs, top_logprobs_num=req.top_logprobs or 0,
+            return_text_in_logprobs=True, stream=req.stream, cache_salt=req.cache_salt,
+        )
+        return ChatPlan(req, rid, obj)
+
+    def prompt_ids(self, req: ChatCompletionRequest) -> list[int]:
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                    for m in req.messages]
+        if req.continue_final_message and messages[-1]["role"] != "assistant":
+            raise OpenAIError("continue_final_message needs the last message to be from the assistant",
+                              400, "continue_final_message")
+        try:
+            prompt = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, chat_template=self.chat_template,
+                add_generation_prompt=not req.continue_final_message,
+                continue_final_message=req.continue_final_message)
+        except Exception as exc:  # jinja raise_exception / malformed template input
+            raise OpenAIError(f"Could not apply the chat template: {exc}", 400, "messages") from None
+        return self.tokenizer.encode(prompt, add_special_tokens=False)
+
+    # ---- outputs -> response ------------------------------------------------------------
+
+    def response(self, plan: ChatPlan, outputs: list[dict]) -> ChatCompletionResponse:
+        choices = []
+        for index, out in enumerate(outputs):
+            reason, matched = finish_reason(out["meta_info"])
+            choices.append(ChatCompletionChoice(
+                index=index, message=ChatResponseMessage(content=out["text"]), finish_reason=reason,
+                matched_stop=matched, logprobs=self.logprobs(plan, out, 0)))
+        return ChatCompletionResponse(id=f"chatcmpl-{plan.rid}", model=plan.request.model, choices=choices,
+                                      usage=build_usage(outputs, plan.request.n))
+
+    def logprobs(self, plan: ChatPlan, out: dict, sent: int) -> Optional[ChoiceLogprobs]:
+        if not plan.request.logprobs:
+            return None
+        meta = out["meta_info"]
+        tokens = (meta.get("output_token_logprobs") or [])[sent:]
+        tops = (meta.get("output_top_logprobs") or [])[sent:]
+        content = []
+        for i, (logprob, token_id, text) in enumerate(tokens):
+            top = tops[i] if i < len(tops) and tops[i] is not None else []
+            content.append(ChatTokenLogprob(**self.top_entry(logprob, token_id, text).model_dump(),
+                                            top_logprobs=[self.top_entry(*t) for t in top]))
+        return ChoiceLogprobs(content=content)
+
+    def top_entry(self, logprob: float, token_id: int, text: Optional[str]) -> TopLogprob:
+        token = token_text(token_id, text, self.tokenizer)
+        return TopLogprob(token=token, logprob=logprob, bytes=list(token.encode("utf-8")))
+
+    # ---- streaming ------------------------------------------------------------------------
+
+    def stream(self, plan: ChatPlan, first: dict, stream: AsyncIterator) -> AsyncIterator[bytes]:
+        state = _ChatStreamState()
+
+        def usage_chunk() -> Optional[bytes]:
+            usage = stream_usage(plan.request, state.last)
+            return usage and sse(ChatCompletionStreamResponse(
+                id=f"chatcmpl-{plan.rid}", model=plan.request.model, choices=[], usage=usage))
+
+        return sse_stream(self.tokenizer_manager, first, stream, lambda out: self.chunks(plan, state, out),
+                          usage_chunk, plan.rid)
+
+    def chunks(self, plan: ChatPlan, state: "_ChatStreamState", out: dict) -> list[bytes]:
+        index = out.get("index", 0)
+        state.last[index] = out
+        chunks = []
+
+        def emit(delta: DeltaMessage, **fields: Any) -> None:
+            choice = ChatStreamChoice(index=index, delta=delta, **fields)
+            chunks.append(sse(ChatCompletionStreamResponse(id=f"chatcmpl-{plan.rid}", model=plan.request.model,
+                                                           choices=[choice])))
+
+        if index not in state.text_len:
+            state.text_len[index] = state.tokens_sent[index] = 0
+            emit(DeltaMessage(role="assistant", content=""))
+        delta = out["text"][state.text_len[index]:]
+        logprobs = self.logprobs(plan, out, state.tokens_sent[index])
+        state.text_len[index] = len(out["text"])
+        state.tokens_sent[index] = len(out["meta_info"].get("output_token_logprobs") or [])
+        if delta or (logprobs is not None and logprobs.content):
+            emit(DeltaMessage(content=delta), logprobs=logprobs)
+        reason, matched = finish_reason(out["meta_info"])
+        if reason and index not in state.finished:
+            state.finished.add(index)
+            emit(DeltaMessage(), finish_reason=reason, matched_stop=matched)
+        return chunks
+
+
+@dataclasses.dataclass
+class _ChatStreamState:
+    text_len: dict[int, int] = dataclasses.field(default_factory=dict)
+    tokens_sent: dict[int, int] = dataclasses.field(default_factory=dict)
+    last: dict[int, dict] = dataclasses.field(default_factory=dict)
+    finished: set[int] = dataclasses.field(default_factory=set)

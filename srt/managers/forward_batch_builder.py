@@ -1,0 +1,125 @@
+"""ScheduleBatch (CPU, requests) -> ForwardBatch (tensors) and SamplingBatchInfo.
+
+Extend rows cover `fill_ids[prefix_len : prefix_len + extend_len]`; decode rows feed the
+last output token at position `kv_committed_len`. MIXED batches lay decodes out as
+1-token extends after the prefill rows.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from radixlm.managers.schedule_batch import Req, ScheduleBatch
+from radixlm.model_executor.forward_batch import ForwardBatch, ForwardMode
+from radixlm.sampling.sampling_batch_info import SamplingBatchInfo
+
+
+def _i64(values: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+def input_logprob_start(req: Req, prefix_len: int, extend_len: int) -> int:
+    """First new-token position whose next-token logprob is an input logprob (extend_len: none)."""
+    if not req.wants_input_logprobs():
+        return extend_len
+    first_scoring_pos = max(req.logprob_start_len, 1) - 1  # absolute position scoring token start
+    return min(extend_len, max(0, first_scoring_pos - prefix_len))
+
+
+def build_sampling_info(reqs: list[Req], vocab_size: int, device: torch.device,
+                        step_offsets: Optional[list[int]] = None) -> SamplingBatchInfo:
+    params = [r.sampling_params for r in reqs]
+    temps = [p.temperature for p in params]
+    top_ks = [vocab_size if p.top_k in (-1, 0) or p.top_k >= vocab_size else p.top_k for p in params]
+    info = SamplingBatchInfo(
+        temperatures=torch.tensor(temps, dtype=torch.float32, device=device).view(-1, 1),
+        top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+        top_ks=_i64(top_ks, device),
+        min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+        seeds=_i64([r.seed for r in reqs], device),
+        steps=_i64([len(r.output_ids) + (step_offsets[i] if step_offsets else 0) for i, r in enumerate(reqs)],
+                   device),
+        is_all_greedy=all(t == 0.0 for t in temps),
+        need_top_p_sampling=any(p.top_p < 1.0 for p in params),
+        need_top_k_sampling=any(k < vocab_size for k in top_ks),
+        need_min_p_sampling=any(p.min_p > 0 for p in params),
+    )
+    if any(p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0 for p in params):
+        _attach_penalties(info, reqs, vocab_size, device)
+    return info
+
+
+def _attach_penalties(info: SamplingBatchInfo, reqs: list[Req], vocab_size: int, device: torch.device) -> None:
+    def column(name: str) -> torch.Tensor:
+        return torch.tensor([getattr(r.sampling_params, name) for r in reqs], dtype=torch.float32,
+                            device=device).view(-1, 1)
+
+    counts = torch.zeros((len(reqs), vocab_size), dtype=torch.float32, device=device)
+    for i, req in enumerate(reqs):
+        if req.output_ids:
+            ids = torch.tensor(req.output_ids, dtype=torch.int64, device=device)
+            counts[i].scatter_add_(0, ids, torch.ones_like(ids, dtype=torch.float32))
+    info.frequency_penalties = column("frequency_penalty")
+    info.presence_penalties = column("presence_penalty")
+    info.repetition_penalties = column("repetition_penalty")
+    info.output_token_counts = counts
+
+
+def build_extend(batch: ScheduleBatch, vocab_size: int, device: torch.device) -> ForwardBatch:
+    input_ids: list[int] = []
+    positions: list[int] = []
+    starts: list[int] = []
+    logprob_starts: list[int] = []
+    for req, prefix_len, extend_len in zip(batch.reqs, batch.prefix_lens, batch.extend_lens):
+        starts.append(len(input_ids))
+        if req in batch.decoding_reqs:
+            input_ids.append(req.output_ids[-1])
+        else:
+            input_ids.extend(req.fill_ids[prefix_len:prefix_len + extend_len])
+        positions.extend(range(prefix_len, prefix_len + extend_len))
+        logprob_starts.append(input_logprob_start(req, prefix_len, extend_len))
+    seq_lens = [p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)]
+    return ForwardBatch(
+        forward_mode=batch.forward_mode,
+        batch_size=len(batch.reqs),
+        input_ids=_i64(input_ids, device),
+        positions=_i64(positions, device),
+        req_pool_indices=_i64([r.req_pool_idx for r in batch.reqs], device),
+        seq_lens=_i64(seq_lens, device),
+        out_cache_loc=batch.out_cache_loc.to(device),
+        seq_lens_cpu=seq_lens,
+        sampling_info=build_sampling_info(batch.reqs, vocab_size, device),
+        extend_prefix_lens=_i64(batch.prefix_lens, device),
+        extend_seq_lens=_i64(batch.extend_lens, device),
+        extend_start_loc=_i64(starts, device),
+        extend_prefix_lens_cpu=list(batch.prefix_lens),
+        extend_seq_lens_cpu=list(batch.extend_lens),
+        return_logprob=batch.return_logprob(),
+        top_logprobs_nums=[r.top_logprobs_num if r.return_logprob else 0 for r in batch.reqs],
+        extend_logprob_start_lens_cpu=logprob_starts,
+    )
+
+
+def build_decode(batch: ScheduleBatch, vocab_size: int, device: torch.device,
+                 step_offsets: Optional[list[int]] = None) -> ForwardBatch:
+    """Called before `kv_committed_len` advances. With `step_offsets` (overlap), rows whose token
+    the CPU has not seen yet carry a stale id that the forward thread overwrites."""
+    reqs = batch.reqs
+    positions = [r.kv_committed_len for r in reqs]
+    seq_lens = [p + 1 for p in positions]
+    input_ids = _i64([r.output_ids[-1] for r in reqs], device)
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=len(reqs),
+        input_ids=input_ids,
+        positions=_i64(positions, device),
+        req_pool_indices=_i64([r.req_pool_idx for r in reqs], device),
+        seq_lens=_i64(seq_lens, device),
+        out_cache_loc=batch.out_cache_loc.to(device),
+        seq_lens_cpu=seq_lens,
+        sampling_info=build_sampling_info(reqs, vocab_size, device, step_offsets),
+        return_logprob=batch.return_logprob(),
+        top_logprobs_nums=[r.top_logprobs_num if r.return_logprob else 0 for r in reqs],
+    )

@@ -1,0 +1,140 @@
+"""The overlap event loop: launch decode batch N+1 before processing the results of batch N.
+
+A forward thread runs `ModelRunner.forward` in launch order, so the CPU work of batch N
+(appending tokens, finish checks, detokenizer messages, cache inserts) happens while
+batch N+1 computes. Batch N+1's input ids for requests still waiting on batch N's token
+are placeholders `(row in N)`, resolved on the forward thread from N's output tensor.
+KV releases made while N+1 is in flight are deferred (`KVCacheManager.deferred_frees`)
+until N+1 is done, since it still reads those rows and slots.
+
+The lag is used only between decode batches with nothing waiting and no memory pressure;
+any other step (prefill, chunk, retraction, abort, control) first drains the in-flight
+batch, so the plain loop's logic applies unchanged and greedy outputs are identical.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import torch
+
+from radixlm.managers.forward_batch_builder import build_decode
+from radixlm.managers.schedule_batch import Req, ScheduleBatch
+from radixlm.model_executor.forward_batch import ForwardMode
+
+if TYPE_CHECKING:
+    from radixlm.managers.scheduler import Scheduler
+
+
+@dataclass
+class InFlight:
+    batch: ScheduleBatch
+    future: Future
+    deferred: list[Callable[[], None]] = field(default_factory=list)  # releases to run once it is done
+
+
+class ForwardThread:
+    """Runs forwards in submission order; placeholders are resolved from the previous output."""
+
+    def __init__(self, forward: Callable[[Any], Any]) -> None:
+        self.forward = forward
+        self.jobs: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="forward-thread", daemon=True)
+        self.thread.start()
+
+    def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, torch.Tensor, torch.Tensor]]) -> Future:
+        fut: Future = Future()
+        self.jobs.put((forward_batch, resolve, fut))
+        return fut
+
+    def _run(self) -> None:
+        while True:
+            forward_batch, resolve, fut = self.jobs.get()
+            try:
+                if resolve is not None:
+                    prev_future, dst, src = resolve
+                    prev_ids = prev_future.result().forward_output.next_token_ids
+                    forward_batch.input_ids[dst] = prev_ids[src].to(forward_batch.input_ids.dtype)
+                fut.set_result(self.forward(forward_batch))
+            except BaseException as e:  # noqa: BLE001 - re-raised on the scheduler thread
+                fut.set_exception(e)
+
+
+class OverlapLoop:
+    def __init__(self, scheduler: "Scheduler") -> None:
+        self.s = scheduler
+        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch)
+        self.in_flight: Optional[InFlight] = None
+        self.pending: dict[int, int] = {}  # id(req) -> its row in the in-flight decode batch
+
+    def run(self) -> None:
+        s = self.s
+        while True:
+            s.process_input_requests(s.io.recv_requests(block=s.is_idle()))
+            if self.in_flight is not None and not self._can_lag():
+                self.drain()
+            batch, resolve = self._next_batch()
+            launched = None
+            if batch is not None:
+                s.idle_checked = False
+                launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve))
+            if self.in_flight is not None:
+                self._process(self.in_flight, keep_deferred_for=launched)
+            self.in_flight = launched
+            self.pending = {id(r): i for i, r in enumerate(batch.reqs)} if batch is not None and \
+                batch.forward_mode == ForwardMode.DECODE else {}
+            if batch is None and self.in_flight is None:
+                s.on_idle()
+
+    def _can_lag(self) -> bool:
+        s = self.s
+        if self.in_flight.batch.forward_mode != ForwardMode.DECODE or s.waiting_queue or s.planner.chunked_req:
+            return False
+        if any(r.to_abort is not None or _uses_penalties(r) for r in s.running):
+            return False
+        return s.kv.available_tokens() >= 2 * len(s.running)
+
+    def _next_batch(self) -> tuple[Optional[ScheduleBatch], Optional[tuple]]:
+        if self.in_flight is None:
+            return self.s.get_next_batch_to_run(), None
+        reqs = [r for r in self.s.running if not self._done_after_in_flight(r)]
+        if not reqs:
+            return None, None
+        batch = self.s.planner.get_decode_batch(reqs, step_offsets=[int(id(r) in self.pending) for r in reqs])
+        dst = [i for i, r in enumerate(reqs) if id(r) in self.pending]
+        src = [self.pending[id(reqs[i])] for i in dst]
+        device = batch.forward_batch.input_ids.device
+        resolve = (self.in_flight.future, torch.tensor(dst, dtype=torch.int64, device=device),
+                   torch.tensor(src, dtype=torch.int64, device=device)) if dst else None
+        return batch, resolve
+
+    def _done_after_in_flight(self, req: Req) -> bool:
+        """Known finished once the in-flight token lands (length); stop-token finishes cost one extra step."""
+        lag = int(id(req) in self.pending)
+        return len(req.output_ids) + lag >= req.sampling_params.max_new_tokens
+
+    def _process(self, flight: InFlight, keep_deferred_for: Optional[InFlight]) -> None:
+        result = flight.future.result()
+        for release in flight.deferred:
+            release()
+        if keep_deferred_for is None:
+            self.s.process_batch_result(flight.batch, result)
+            return
+        with self.s.kv.deferred_frees() as deferred:
+            self.s.process_batch_result(flight.batch, result)
+        keep_deferred_for.deferred.extend(deferred)
+
+    def drain(self) -> None:
+        flight, self.in_flight = self.in_flight, None
+        self.pending = {}
+        if flight is not None:
+            self._process(flight, keep_deferred_for=None)
+
+
+def _uses_penalties(req: Req) -> bool:
+    p = req.sampling_params  # output-token counts would miss the in-flight token
+    return bool(p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0)

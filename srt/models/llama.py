@@ -1,0 +1,142 @@
+"""The Llama family (Llama 2/3/3.1/3.2, SmolLM2, Mistral), built from `radixlm.layers`.
+
+Qwen2 and Qwen3 subclass these pieces: Qwen2 adds a bias to the fused QKV projection,
+Qwen3 normalises q and k per head (`LlamaAttention.prepare_qk`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Optional
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from radixlm.layers.activation import SiluAndMul
+from radixlm.layers.layernorm import RMSNorm
+from radixlm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from radixlm.layers.logits_processor import LogitsProcessor, LogitsProcessorOutput
+from radixlm.layers.radix_attention import RadixAttention
+from radixlm.layers.rotary_embedding import get_rope, rope_config
+from radixlm.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from radixlm.models.weight_mapping import load_weights_into
+
+if TYPE_CHECKING:
+    from radixlm.model_executor.forward_batch import ForwardBatch
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: PretrainedConfig, tp_rank: int, tp_size: int) -> None:
+        super().__init__()
+        if getattr(config, "hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported hidden_act {config.hidden_act!r}; only 'silu' is implemented")
+        bias = getattr(config, "mlp_bias", False)
+        inter = config.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [inter, inter], bias=bias,
+                                                       tp_rank=tp_rank, tp_size=tp_size)
+        self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=bias, tp_rank=tp_rank, tp_size=tp_size)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
+class LlamaAttention(nn.Module):
+    qkv_bias_default = False
+
+    def __init__(self, config: PretrainedConfig, layer_id: int, tp_rank: int, tp_size: int) -> None:
+        super().__init__()
+        total_heads, total_kv = config.num_attention_heads, getattr(config, "num_key_value_heads", None)
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // total_heads
+        qkv_bias = getattr(config, "attention_bias", False) or self.qkv_bias_default
+        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_dim, total_heads, total_kv, bias=qkv_bias,
+                                          tp_rank=tp_rank, tp_size=tp_size)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        self.o_proj = RowParallelLinear(total_heads * self.head_dim, config.hidden_size,
+                                        bias=getattr(config, "attention_bias", False), tp_rank=tp_rank, tp_size=tp_size)
+        base, scaling = rope_config(config)
+        rotary_dim = int(self.head_dim * getattr(config, "partial_rotary_factor", 1.0))
+        self.rotary_emb = get_rope(self.head_dim, rotary_dim, config.max_position_embeddings, base,
+                                   is_neox_style=True, rope_scaling=scaling)
+        self.attn = RadixAttention(self.num_heads, self.head_dim, self.head_dim ** -0.5, self.num_kv_heads, layer_id)
+
+    def prepare_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook before rotary embedding (Qwen3 normalises q/k here)."""
+        return q, k
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor,
+                forward_batch: "ForwardBatch") -> torch.Tensor:
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.prepare_qk(q.contiguous(), k.contiguous())
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v.contiguous(), forward_batch))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: PretrainedConfig, layer_id: int, tp_rank: int, tp_size: int,
+                 attention_cls: type[LlamaAttention] = LlamaAttention) -> None:
+        super().__init__()
+        self.self_attn = attention_cls(config, layer_id, tp_rank, tp_size)
+        self.mlp = LlamaMLP(config, tp_rank, tp_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
+                residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden_states
+            hidden_states = self.input_layernorm(hidden_states)
+        else:
+            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states = self.self_attn(positions, hidden_states, forward_batch)
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states), residual
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: PretrainedConfig, tp_rank: int, tp_size: int,
+                 attention_cls: type[LlamaAttention] = LlamaAttention) -> None:
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp_rank, tp_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, tp_rank, tp_size, attention_cls)
+                                    for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: "ForwardBatch") -> torch.Tensor:
+        hidden_states, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            hidden_states, residual = layer(positions, hidden_states, forward_batch, residual)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class LlamaForCausalLM(nn.Module):
+    attention_cls: type[LlamaAttention] = LlamaAttention
+    packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+
+    def __init__(self, config: PretrainedConfig, tp_rank: int = 0, tp_size: int = 1) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config, tp_rank, tp_size, self.attention_cls)
+        self.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+        if self.tie_word_embeddings:
+            self.lm_head = self.model.embed_tokens
+        else:
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tp_rank, tp_size)
+        self.logits_processor = LogitsProcessor(config.vocab_size)
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                forward_batch: "ForwardBatch") -> LogitsProcessorOutput:
+        hidden_states = self.model(input_ids, positions, forward_batch)
+        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load Hugging Face-named tensors; a tied checkpoint's `lm_head.weight` (if present) is skipped."""
+        load_weights_into(self, weights, skip_prefixes=("lm_head.",) if self.tie_word_embeddings else ())
+
+
+class MistralForCausalLM(LlamaForCausalLM):
+    pass

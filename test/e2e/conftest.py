@@ -1,0 +1,86 @@
+"""A real HTTP server on loopback, shared by the e2e test files of the HTTP API.
+
+One `python -m radixlm.launch_server` process (embedded SmolLM2) for the session, started
+with an API key, metrics on, a queue limit and a small KV pool (the machine is shared).
+At the end it gets SIGTERM and must exit 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from radixlm import environ
+
+API_KEY = "radixlm-test-key"
+MAX_QUEUED_REQUESTS = 20
+MAX_TOTAL_TOKENS = 16384
+READY_MESSAGE = "The server is fired up and ready to roll!"
+
+
+@dataclasses.dataclass
+class ServerHandle:
+    base_url: str
+    api_key: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
+    """/health answers once uvicorn listens; the ready line follows the warm-up request."""
+    deadline = time.monotonic() + timeout_s
+    while not (_healthy(handle.base_url) and READY_MESSAGE in handle.log_path.read_text(errors="replace")):
+        if handle.proc.poll() is not None or time.monotonic() > deadline:
+            handle.proc.kill()
+            pytest.fail(f"server did not become ready (rc={handle.proc.poll()}):\n{handle.log_tail()}")
+        time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("http_server") / "server.log"
+    cmd = [sys.executable, "-m", "radixlm.launch_server", "--port", str(port), "--api-key", API_KEY,
+           "--enable-metrics", "--max-queued-requests", str(MAX_QUEUED_REQUESTS),
+           "--max-total-tokens", str(MAX_TOTAL_TOKENS)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    handle = ServerHandle(f"http://127.0.0.1:{port}", API_KEY, proc, log_path)
+    try:
+        _wait_ready(handle, environ.test_server_timeout_s())
+        yield handle
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+    assert rc == 0, f"server exited with {rc}:\n{handle.log_tail()}"

@@ -1,0 +1,104 @@
+"""decode_attention_fwd and extend_attention_fwd against the reference attention.
+
+Contexts live at random slots of a page-size-1 pool, reached through req_to_token; GQA
+ratios 1, 4 and 8; prefixes of length 0; contexts long enough to cross KV splits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixlm_kernel import compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd
+from radixlm_kernel.reference import decode_attention_ref, extend_attention_ref
+
+
+def _pool(seq_lens: list[int], kv_heads: int, head_dim: int, device: str, dtype: torch.dtype
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K/V buffers with random contents and a req_to_token whose rows (in reverse order) map to random slots."""
+    total = sum(seq_lens)
+    k_buf = torch.randn(total + 8, kv_heads, head_dim, device=device, dtype=dtype)
+    v_buf = torch.randn(total + 8, kv_heads, head_dim, device=device, dtype=dtype)
+    slots = torch.randperm(total + 7, device=device)[:total] + 1
+    req_to_token = torch.zeros(len(seq_lens) + 2, max(seq_lens) + 5, dtype=torch.int32, device=device)
+    rows = torch.arange(len(seq_lens), device=device).flip(0) + 1
+    start = 0
+    for row, n in zip(rows.tolist(), seq_lens):
+        req_to_token[row, :n] = slots[start:start + n].int()
+        start += n
+    return k_buf, v_buf, req_to_token, rows
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("seq_lens,splits", [([1, 37, 130], 4), ([600, 5], None), ([300], 3)])
+def test_decode_attention(device: str, dtype: torch.dtype, tol: dict, group: int, seq_lens: list[int],
+                          splits: int | None) -> None:
+    torch.manual_seed(0)
+    kv_heads, head_dim = 2, 64
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    if splits is None:  # the device-side heuristic: 600 tokens cross a split boundary
+        num_splits = compute_num_kv_splits(lens, kv_heads, max_kv_splits=8, num_sms=16)
+        assert num_splits.tolist()[0] > 1
+        max_splits = 8
+    else:
+        num_splits, max_splits = splits, None
+    o = torch.empty_like(q)
+    sm_scale = head_dim ** -0.5
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, num_splits, sm_scale, max_kv_splits=max_splits)
+    ref = torch.empty_like(q).view(bs, hq, head_dim)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, sm_scale)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
+def test_num_kv_splits_bounds(device: str) -> None:
+    lens = torch.tensor([1, 255, 257, 100000], device=device)
+    splits = compute_num_kv_splits(lens, num_kv_heads=8, max_kv_splits=16, num_sms=132)
+    assert splits.dtype == torch.int32 and splits.tolist() == [1, 4, 5, 9]  # occupancy caps at cdiv(264, 32)
+    assert compute_num_kv_splits(lens, 8, 16, num_sms=1000).tolist() == [1, 4, 5, 16]
+    out = torch.zeros(6, dtype=torch.int32, device=device)
+    assert compute_num_kv_splits(lens, 8, 16, num_sms=132, out=out).data_ptr() == out.data_ptr()
+    assert out.tolist() == [1, 4, 5, 9, 0, 0]
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("prefix_lens,extend_lens", [([0], [70]), ([0, 33, 130], [5, 80, 1]), ([200, 0], [3, 17])])
+def test_extend_attention(device: str, dtype: torch.dtype, tol: dict, group: int, prefix_lens: list[int],
+                          extend_lens: list[int]) -> None:
+    torch.manual_seed(1)
+    kv_heads, head_dim = (2 if group < 8 else 1), 64
+    seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    tokens, hq = sum(extend_lens), kv_heads * group
+    q = torch.randn(tokens, hq, head_dim, device=device, dtype=dtype)
+    k = torch.randn(tokens, kv_heads, head_dim, device=device, dtype=dtype)
+    v = torch.randn(tokens, kv_heads, head_dim, device=device, dtype=dtype)
+    ext = torch.tensor(extend_lens, device=device)
+    start_loc = torch.cumsum(ext, 0) - ext
+    lens = torch.tensor(seq_lens, device=device)
+    o = torch.empty_like(q)
+    sm_scale = head_dim ** -0.5
+    extend_attention_fwd(q, k, v, o, k_buf, v_buf, req_to_token, rows, lens, ext, start_loc, max(extend_lens),
+                         sm_scale)
+    ref = torch.empty_like(q)
+    extend_attention_ref(q, k, v, ref, k_buf, v_buf, req_to_token, rows, lens, ext, start_loc, sm_scale)
+    torch.testing.assert_close(o, ref, **tol)
+
+
+def test_extend_attention_flat_layout(device: str, dtype: torch.dtype, tol: dict) -> None:
+    """q/k/v/o as `[T, H*D]`, the layout the attention backend passes."""
+    torch.manual_seed(2)
+    kv_heads, head_dim, hq = 1, 32, 4
+    k_buf, v_buf, req_to_token, rows = _pool([20], kv_heads, head_dim, device, dtype)
+    q = torch.randn(8, hq * head_dim, device=device, dtype=dtype)
+    k = torch.randn(8, kv_heads * head_dim, device=device, dtype=dtype)
+    v = torch.randn(8, kv_heads * head_dim, device=device, dtype=dtype)
+    args = (req_to_token, rows, torch.tensor([20], device=device), torch.tensor([8], device=device),
+            torch.tensor([0], device=device))
+    o = torch.empty_like(q)
+    extend_attention_fwd(q, k, v, o, k_buf, v_buf, *args, 8, 0.2)
+    ref = torch.empty(8, hq, head_dim, device=device, dtype=dtype)
+    extend_attention_ref(q.view(8, hq, -1), k.view(8, 1, -1), v.view(8, 1, -1), ref, k_buf, v_buf, *args, 0.2)
+    torch.testing.assert_close(o, ref.view(8, -1), **tol)

@@ -1,0 +1,107 @@
+"""The `triton` attention backend against `torch_native`, on real pools and ForwardBatches.
+
+Three requests go through a prefill, a chunked extend over their cached prefixes (one
+request with no new prefix joins), then decode steps whose contexts cross a KV split;
+the decode steps also run through the CUDA-graph metadata hooks (static buffers), as a
+graph replay would. Each backend writes into its own pool; outputs and pools must agree.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from radixlm.layers.attention.base import create_attention_backend
+from radixlm.layers.radix_attention import RadixAttention
+from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
+from radixlm.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from radixlm.model_executor.forward_batch import ForwardBatch, ForwardMode
+
+Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 1, 32, 2
+
+
+class Harness:
+    """One request table and allocator; two KV pools, one per backend."""
+
+    def __init__(self, device: str, dtype: torch.dtype) -> None:
+        self.device, self.dtype = device, dtype
+        self.req_to_token_pool = ReqToTokenPool(4, 512, device)
+        self.allocator = TokenToKVPoolAllocator(1024, device)
+        self.runners = {name: self._runner() for name in ("torch_native", "triton")}
+        self.backends = {name: create_attention_backend(name, r) for name, r in self.runners.items()}
+        self.layer = RadixAttention(Q_HEADS, HEAD_DIM, HEAD_DIM ** -0.5, KV_HEADS, layer_id=1)
+        self.lens: dict[int, int] = {}  # req_to_token row -> tokens cached
+
+    def _runner(self) -> SimpleNamespace:
+        pool = MHATokenToKVPool(1024, self.dtype, KV_HEADS, HEAD_DIM, LAYERS, self.device)
+        config = SimpleNamespace(num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM)
+        return SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=self.req_to_token_pool,
+                               model_config=config, device=torch.device(self.device))
+
+    def batch(self, mode: ForwardMode, rows: list[int], new: list[int]) -> ForwardBatch:
+        prefix = [self.lens.get(r, 0) for r in rows]
+        locs = []
+        for row, p, n in zip(rows, prefix, new):
+            loc = self.allocator.alloc(n)
+            self.req_to_token_pool.write(row, p, loc)
+            self.lens[row] = p + n
+            locs.append(loc)
+        seq = [p + n for p, n in zip(prefix, new)]
+        positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix, new)]).to(self.device)
+        as_t = lambda xs: torch.tensor(xs, dtype=torch.int64, device=self.device)  # noqa: E731
+        fb = ForwardBatch(forward_mode=mode, batch_size=len(rows), input_ids=torch.zeros_like(positions),
+                          positions=positions, req_pool_indices=as_t(rows), seq_lens=as_t(seq),
+                          out_cache_loc=torch.cat(locs).long(), seq_lens_cpu=seq)
+        if mode.is_extend():
+            fb.extend_prefix_lens, fb.extend_seq_lens = as_t(prefix), as_t(new)
+            fb.extend_prefix_lens_cpu, fb.extend_seq_lens_cpu = prefix, new
+        fb.req_to_token_pool = self.req_to_token_pool
+        return fb
+
+    def run(self, fb: ForwardBatch, tol: dict, graph_hook: str = "") -> None:
+        n = fb.num_tokens
+        q = torch.randn(n, Q_HEADS * HEAD_DIM, device=self.device, dtype=self.dtype)
+        k = torch.randn(n, KV_HEADS * HEAD_DIM, device=self.device, dtype=self.dtype)
+        v = torch.randn(n, KV_HEADS * HEAD_DIM, device=self.device, dtype=self.dtype)
+        outs = {}
+        for name, backend in self.backends.items():
+            fb.token_to_kv_pool, fb.attn_backend = self.runners[name].token_to_kv_pool, backend
+            if name == "triton" and graph_hook:
+                getattr(backend, f"init_forward_metadata_{graph_hook}_cuda_graph")(fb)
+            else:
+                backend.init_forward_metadata(fb)
+            outs[name] = self.layer(q, k, v, fb)
+        torch.testing.assert_close(outs["triton"], outs["torch_native"], **tol)
+        pools = [self.runners[name].token_to_kv_pool for name in ("triton", "torch_native")]
+        assert torch.equal(pools[0].k_buffer[1], pools[1].k_buffer[1])
+        assert torch.equal(pools[0].v_buffer[1], pools[1].v_buffer[1])
+
+
+def test_triton_backend_matches_torch_native(device: str, dtype: torch.dtype, tol: dict) -> None:
+    torch.manual_seed(0)
+    h = Harness(device, dtype)
+    h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1], [30, 7, 250]), tol)  # prefill, no prefix
+    h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1, 3], [5, 1, 20, 9]), tol)  # over cached prefixes; row 3 is new
+    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol)  # row 1 has 271 tokens: 4 KV splits
+    triton = h.backends["triton"]
+    triton.init_cuda_graph_state(max_bs=8)
+    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol, graph_hook="capture")
+    splits_at_capture = triton.cuda_graph_num_kv_splits
+    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol, graph_hook="replay")
+    assert triton.cuda_graph_num_kv_splits is splits_at_capture  # updated in place, as a replay needs
+
+
+def test_registered_under_triton() -> None:
+    from radixlm.layers.attention.base import ATTENTION_BACKENDS
+    from radixlm.layers.attention.triton_backend import TritonAttnBackend
+
+    assert ATTENTION_BACKENDS["triton"] is TritonAttnBackend
+
+
+def test_capture_requires_graph_state(device: str, dtype: torch.dtype) -> None:
+    h = Harness(device, dtype)
+    with pytest.raises(RuntimeError, match="init_cuda_graph_state"):
+        h.backends["triton"].init_forward_metadata_capture_cuda_graph(
+            h.batch(ForwardMode.DECODE, [0], [1]))
