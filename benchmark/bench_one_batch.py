@@ -80,14 +80,16 @@ def run_hf(model: torch.nn.Module, vocab: int, device: torch.device, bs: int, in
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (bs, input_len), generator=g).to(device)
     mask = torch.ones_like(ids)
+
+    def generate(n: int) -> float:
+        t0 = now()
+        model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                       eos_token_id=None, pad_token_id=0)
+        return now() - t0
+
     with torch.inference_mode():
-        t0 = now()
-        model(input_ids=ids, attention_mask=mask)
-        prefill = now() - t0
-        t0 = now()
-        model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=output_len,
-                       min_new_tokens=output_len, eos_token_id=None, pad_token_id=0)
-        total = now() - t0
+        prefill = generate(1)  # prefill + first token, as radixlm's prefill row measures
+        total = generate(output_len)
     decode = (total - prefill) / max(1, output_len - 1)
     return Row("hf generate", bs, prefill * 1e3, decode * 1e3, total, input_len, output_len)
 
@@ -144,6 +146,7 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--compare-hf", action="store_true", help="also time transformers generate")
     parser.add_argument("--mem-fraction-static", type=float, default=None)
+    parser.add_argument("--disable-cuda-graph", action="store_true", help="eager decode (CUDA)")
     args = parser.parse_args()
 
     max_bs = max(args.batch_size)
@@ -151,7 +154,8 @@ def main() -> None:
     server_args = ServerArgs(model_path=args.model_path, load_format=args.load_format, dtype=args.dtype,
                              device=args.device, attention_backend=args.attention_backend,
                              max_total_tokens=tokens, max_running_requests=max_bs,
-                             mem_fraction_static=args.mem_fraction_static, disable_cuda_graph=True).resolved()
+                             mem_fraction_static=args.mem_fraction_static,
+                             disable_cuda_graph=args.disable_cuda_graph).resolved()
     runner = ModelRunner(server_args)
     run_radixlm(runner, 1, min(16, args.input_len), 4)  # warm-up: allocator paths, kernels, thread pools
     rows = []

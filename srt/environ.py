@@ -21,3 +21,20 @@ def ipc_dir() -> str:
 
 def test_server_timeout_s() -> float:
     return float(_get("TEST_SERVER_TIMEOUT_S", "300"))
+
+
+def dist_timeout_s() -> float:
+    """Bound on a tensor-parallel CPU (gloo) collective: a dead or stuck rank fails its peers
+    within this many seconds instead of hanging them."""
+    return float(_get("DIST_TIMEOUT_S", "60"))
+
+
+def dist_startup_timeout_s() -> float:
+    """Bound on the rendezvous and startup collectives (other ranks may still be loading weights)."""
+    return float(_get("DIST_STARTUP_TIMEOUT_S", "600"))
+
+
+def set_default_nccl_env() -> None:
+    """NCCL defaults for the scheduler ranks (set only where the user has not): NVLink SHARP
+    (multicast) stays off, since lent multi-GPU hosts do not support it reliably."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")

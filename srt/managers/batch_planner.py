@@ -150,10 +150,9 @@ class BatchPlanner:
         slots = self.kv.alloc_slots(len(reqs))
         if slots is None:
             raise RuntimeError(f"decode of {len(reqs)} requests could not get slots after retraction")
-        for req, slot in zip(reqs, slots):
-            self.kv.write_slots(req, req.kv_committed_len, slot.view(1))
         batch = ScheduleBatch(reqs, ForwardMode.DECODE, out_cache_loc=slots)
-        batch.forward_batch = build_decode(batch, self.vocab_size, self.device, step_offsets=step_offsets)
+        batch.forward_batch = fb = build_decode(batch, self.vocab_size, self.device, step_offsets=step_offsets)
+        self.kv.write_decode_slots(fb.req_pool_indices, fb.positions, slots)
         for req in reqs:
             req.kv_committed_len += 1
         self.new_token_ratio = max(self.min_new_token_ratio, self.new_token_ratio - self.new_token_ratio_decay)

@@ -7,17 +7,28 @@ last output token at position `kv_committed_len`. MIXED batches lay decodes out 
 
 from __future__ import annotations
 
+from array import array
 from typing import Optional
 
 import torch
 
+from radixlm.constrained.vocab_mask import build_batch_vocab_mask
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
 from radixlm.model_executor.forward_batch import ForwardBatch, ForwardMode
 from radixlm.sampling.sampling_batch_info import SamplingBatchInfo
 
 
 def _i64(values: list[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64, device=device)
+    # through a C array: 2-3x faster than torch.tensor(list) (scheduler overhead at 256 requests)
+    if not values:
+        return torch.empty(0, dtype=torch.int64, device=device)
+    return torch.frombuffer(array("q", values), dtype=torch.int64).to(device)
+
+
+def _f32(values: list[float], device: torch.device) -> torch.Tensor:
+    if not values:
+        return torch.empty(0, dtype=torch.float32, device=device)
+    return torch.frombuffer(array("f", values), dtype=torch.float32).to(device)
 
 
 def input_logprob_start(req: Req, prefix_len: int, extend_len: int) -> int:
@@ -34,10 +45,10 @@ def build_sampling_info(reqs: list[Req], vocab_size: int, device: torch.device,
     temps = [p.temperature for p in params]
     top_ks = [vocab_size if p.top_k in (-1, 0) or p.top_k >= vocab_size else p.top_k for p in params]
     info = SamplingBatchInfo(
-        temperatures=torch.tensor(temps, dtype=torch.float32, device=device).view(-1, 1),
-        top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+        temperatures=_f32(temps, device).view(-1, 1),
+        top_ps=_f32([p.top_p for p in params], device),
         top_ks=_i64(top_ks, device),
-        min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device),
+        min_ps=_f32([p.min_p for p in params], device),
         seeds=_i64([r.seed for r in reqs], device),
         steps=_i64([len(r.output_ids) + (step_offsets[i] if step_offsets else 0) for i, r in enumerate(reqs)],
                    device),
@@ -45,6 +56,8 @@ def build_sampling_info(reqs: list[Req], vocab_size: int, device: torch.device,
         need_top_p_sampling=any(p.top_p < 1.0 for p in params),
         need_top_k_sampling=any(k < vocab_size for k in top_ks),
         need_min_p_sampling=any(p.min_p > 0 for p in params),
+        # Matchers are up to date here: constrained batches never lag (OverlapLoop._can_lag)
+        vocab_bitmask=build_batch_vocab_mask([r.grammar for r in reqs], vocab_size, device),
     )
     if any(p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0 for p in params):
         _attach_penalties(info, reqs, vocab_size, device)

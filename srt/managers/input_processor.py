@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from radixlm.constrained import validate_sampling_params_grammar
 from radixlm.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
 from radixlm.sampling.sampling_params import SamplingParams
 
@@ -69,7 +70,8 @@ def _check_lengths(ids: list[int], params: SamplingParams, context_len: int, voc
         raise ValueError(f"input_ids contains token id {bad}, outside the vocabulary (size {vocab_size})")
 
 
-def expand_request(obj: GenerateReqInput, tokenizer: Any, context_len: int, vocab_size: int) -> ExpandedRequest:
+def expand_request(obj: GenerateReqInput, tokenizer: Any, context_len: int, vocab_size: int,
+                   grammar_backend: str = "xgrammar") -> ExpandedRequest:
     prompts, is_batch = _prompts(obj, tokenizer)
     num = len(prompts)
     raw_params = obj.sampling_params
@@ -78,6 +80,7 @@ def expand_request(obj: GenerateReqInput, tokenizer: Any, context_len: int, voca
     params_list = [SamplingParams.from_dict(p) for p in _per_prompt(raw_params, num, "sampling_params")]
     for p in params_list:
         p.verify(vocab_size)
+        validate_sampling_params_grammar(p, backend=grammar_backend)  # a parse only; the compile is the scheduler's
     ns = {p.n for p in params_list}
     if len(ns) > 1:
         raise ValueError("n must be the same for every prompt of a batch")

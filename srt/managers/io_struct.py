@@ -93,6 +93,7 @@ class ReqOutputMeta:
     completion_tokens: int
     cached_tokens: int
     finish_reason: Optional[dict] = None  # None | {"type": "stop"|"length"|"abort", ...}
+    retractions: int = 0  # times the scheduler retracted it under memory pressure (issue 4)
 
 
 @dataclass

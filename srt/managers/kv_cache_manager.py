@@ -75,6 +75,11 @@ class KVCacheManager:
     def write_slots(self, req: Req, start: int, slots: torch.Tensor) -> None:
         self.req_to_token_pool.write(req.req_pool_idx, start, slots)
 
+    def write_decode_slots(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        """One slot per request (decode): `req_to_token[rows[i], positions[i]] = slots[i]`, in one op."""
+        table = self.req_to_token_pool.req_to_token
+        table[rows.to(table.device), positions.to(table.device)] = slots.to(device=table.device, dtype=table.dtype)
+
     # ---- release (the one place KV goes back) ----------------------------------------------
     @contextlib.contextmanager
     def deferred_frees(self) -> Iterator[list[Callable[[], None]]]:

@@ -40,20 +40,33 @@ class InFlight:
 class ForwardThread:
     """Runs forwards in submission order; placeholders are resolved from the previous output."""
 
-    def __init__(self, forward: Callable[[Any], Any]) -> None:
+    def __init__(self, forward: Callable[[Any], Any], device: Optional[torch.device] = None) -> None:
         self.forward = forward
         self.jobs: queue.Queue = queue.Queue()
+        # On CUDA the forwards run on their own stream, so the scheduler thread's small host-to-device
+        # copies (which synchronize the default stream) never wait for the batch in flight.
+        self.device = device if device is not None and device.type == "cuda" else None
+        self.stream = torch.cuda.Stream(self.device) if self.device is not None else None
         self.thread = threading.Thread(target=self._run, name="forward-thread", daemon=True)
         self.thread.start()
 
     def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, torch.Tensor, torch.Tensor]]) -> Future:
         fut: Future = Future()
-        self.jobs.put((forward_batch, resolve, fut))
+        ready = None
+        if self.stream is not None:  # the batch's inputs were made on the scheduler's stream
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self.device))
+        self.jobs.put((forward_batch, resolve, fut, ready))
         return fut
 
     def _run(self) -> None:
+        if self.stream is not None:
+            torch.cuda.set_device(self.device)
+            torch.cuda.set_stream(self.stream)
         while True:
-            forward_batch, resolve, fut = self.jobs.get()
+            forward_batch, resolve, fut, ready = self.jobs.get()
+            if ready is not None:
+                self.stream.wait_event(ready)
             try:
                 if resolve is not None:
                     prev_future, dst, src = resolve
@@ -67,7 +80,7 @@ class ForwardThread:
 class OverlapLoop:
     def __init__(self, scheduler: "Scheduler") -> None:
         self.s = scheduler
-        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch)
+        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device)
         self.in_flight: Optional[InFlight] = None
         self.pending: dict[int, int] = {}  # id(req) -> its row in the in-flight decode batch
 
@@ -94,7 +107,10 @@ class OverlapLoop:
         s = self.s
         if self.in_flight.batch.forward_mode != ForwardMode.DECODE or s.waiting_queue or s.planner.chunked_req:
             return False
-        if any(r.to_abort is not None or _uses_penalties(r) for r in s.running):
+        # A constrained row's mask for batch N+1 needs batch N's token accepted by its matcher,
+        # so batches with a grammar resolve the in-flight batch first (they lose the overlap;
+        # unconstrained batches keep it). Cost: benchmark/RESULTS.md, "constrained decoding".
+        if any(r.to_abort is not None or r.grammar is not None or _uses_penalties(r) for r in s.running):
             return False
         return s.kv.available_tokens() >= 2 * len(s.running)
 

@@ -59,7 +59,7 @@ class ReqState:
         meta = self.meta
         info: dict[str, Any] = {
             "id": self.req.rid, "prompt_tokens": meta.prompt_tokens, "completion_tokens": meta.completion_tokens,
-            "cached_tokens": meta.cached_tokens, "finish_reason": meta.finish_reason,
+            "cached_tokens": meta.cached_tokens, "retractions": meta.retractions, "finish_reason": meta.finish_reason,
             "e2e_latency": time.perf_counter() - self.created,
         }
         if self.logprobs is not None:

@@ -52,6 +52,11 @@ class Req:
         self.num_retractions = 0
         self.input_logprobs_done = False
 
+        # Structured output: the grammar's key, and its matcher once compiled (GrammarManager).
+        # The matcher has accepted exactly `output_ids`; it survives retraction untouched.
+        self.grammar_key: Optional[tuple[str, str]] = None
+        self.grammar: Optional[Any] = None  # radixlm.constrained.GrammarObject
+
         # Output bookkeeping: what has been sent to the detokenizer
         self.sent_output_len = 0
         self.pending_logprobs: Optional[Any] = None  # io_struct.ReqLogprobs increments

@@ -11,6 +11,12 @@ The PrefillAdder admits requests in that order under three budgets: the token bu
 (`--chunked-prefill-size`; the request that overflows it is split), and memory
 (free + evictable slots, minus what running requests are expected to still need:
 their remaining `max_new_tokens` times the new-token ratio).
+
+In-batch prefix sharing: a waiting request whose uncached part starts with at least
+`IN_BATCH_PREFIX_MIN_TOKENS` tokens that a request admitted into this same batch is about
+to compute waits one step (it stays queued), then hits those tokens in the tree instead
+of computing them a second time. The batch's admitted prompts are few, so a slice
+comparison against each stands in for SGLang's temporary radix tree.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from radixlm.managers.kv_cache_manager import KVCacheManager
 from radixlm.managers.schedule_batch import Req
 
 LPM_FALLBACK_QUEUE_LEN = 128
+IN_BATCH_PREFIX_MIN_TOKENS = 32  # shared uncached tokens that make a request wait one step
 CLIP_MAX_NEW_TOKENS = 4096  # reservation cap per request, as SGLang does
 
 PolicyFn = Callable[[list[Req], KVCacheManager, random.Random], list[Req]]
@@ -121,6 +128,8 @@ class PrefillAdder:
         self.reserved = sum(self.decode_reservation(r) for r in running)
         self.can_run: list[Req] = []
         self.new_chunked_req: Optional[Req] = None
+        self.computed_to: list[int] = []  # per can_run entry: prefix + extend (its fill_ids computed so far)
+        self.deferred: list[Req] = []  # wait one step: their prefix is computed by this batch
 
     def decode_reservation(self, req: Req) -> int:
         return int(min(req.remaining_new_tokens(), CLIP_MAX_NEW_TOKENS) * self.new_token_ratio)
@@ -139,7 +148,25 @@ class PrefillAdder:
             return False
         req.fill_ids = req.all_token_ids()
         self.kv.match_and_lock(req)
-        return self._admit(req, prefix_len=int(req.prefix_indices.numel()), locked=False)
+        prefix_len = int(req.prefix_indices.numel())
+        if self._prefix_computed_in_batch(req, prefix_len):
+            self.kv.unlock(req)
+            self.deferred.append(req)
+            return True
+        return self._admit(req, prefix_len=prefix_len, locked=False)
+
+    def _prefix_computed_in_batch(self, req: Req, prefix_len: int) -> bool:
+        """True when an admitted request computes >= IN_BATCH_PREFIX_MIN_TOKENS of req's next tokens."""
+        end = prefix_len + IN_BATCH_PREFIX_MIN_TOKENS
+        if not self.can_run or req.max_prefix_len() < end:
+            return False
+        ids = req.fill_ids
+        for other, computed_to in zip(self.can_run, self.computed_to):
+            theirs = other.fill_ids  # cheap token checks first, then one C-level slice compare
+            if computed_to >= end and theirs[end - 1] == ids[end - 1] and theirs[prefix_len] == ids[prefix_len] \
+                    and theirs[:end] == ids[:end]:
+                return True
+        return False
 
     def _admit(self, req: Req, prefix_len: int, locked: bool) -> bool:
         extend = len(req.fill_ids) - prefix_len
@@ -154,6 +181,7 @@ class PrefillAdder:
             return False
         req.extend_input_len = extend
         self.can_run.append(req)
+        self.computed_to.append(prefix_len + extend)
         self.reserved += need
         self.rem_input_tokens -= extend
         self.rem_reqs -= 0 if locked else 1

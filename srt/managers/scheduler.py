@@ -9,28 +9,36 @@
 Composed of small parts: `SchedulerIO` (sockets, rank 0 only; inputs broadcast to all
 ranks), `KVCacheManager` (rows, slots, prefix cache), `PrefillAdder` + policies
 (admission), `BatchPlanner` (prefill and decode batches, retraction) and
-`SchedulerOutput` (results -> detokenizer). Every rank runs the same code over the same
+`SchedulerOutput` (results -> detokenizer) and `GrammarManager` (constrained requests wait
+in its queue until their grammar is compiled). Every rank runs the same code over the same
 ordered inputs, so all ranks reach the same batches on their own.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
+import os
 import random
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from radixlm.distributed import all_gather_pyobj
 from radixlm.managers.batch_planner import BatchPlanner
 from radixlm.managers.io_struct import (AbortReq, FlushCacheReq, FlushCacheReqOutput, GetServerInfoReq,
                                         GetServerInfoReqOutput, HealthCheckOutput, HealthCheckReq,
                                         TokenizedGenerateReqInput)
+from radixlm.managers.grammar_manager import GrammarManager
 from radixlm.managers.kv_cache_manager import KVCacheManager
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
-from radixlm.managers.scheduler_io import SchedulerIO
+from radixlm.managers.scheduler_io import SchedulerIO, SchedulerStopped
 from radixlm.managers.scheduler_output import SchedulerOutput
 from radixlm.managers.scheduler_stats import SchedulerStats
-from radixlm.model_executor.forward_output import ForwardOutput
+from radixlm.managers.tp_consistency import TPConsistencyGuard
+from radixlm.model_executor.forward_output import ForwardOutput, finish_host_copy, start_host_copy
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +59,7 @@ def create_prefix_cache(server_args: Any, model_runner: Any) -> Any:
 class GenerationBatchResult:
     forward_output: ForwardOutput
     forward_time_s: float = 0.0
+    host_copy_event: Any = None  # CUDA: set when the output's host copy is done (see start_host_copy)
 
 
 class Scheduler:
@@ -60,7 +69,8 @@ class Scheduler:
 
         self.server_args = server_args
         self.tp_rank = tp_rank
-        self.model_runner = ModelRunner(server_args, tp_rank=tp_rank, tp_size=server_args.tp_size, gpu_id=tp_rank)
+        self.model_runner = ModelRunner(server_args, tp_rank=tp_rank, tp_size=server_args.tp_size,
+                                        gpu_id=tp_rank % server_args.tp_size_per_node)
         self.model_config = self.model_runner.model_config
         self.max_running_requests = self.model_runner.max_running_requests
         self.tree_cache = create_prefix_cache(server_args, self.model_runner)
@@ -74,20 +84,30 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.planner = BatchPlanner(self)
         self.output = SchedulerOutput(self)
+        self.grammars = GrammarManager(server_args, self.tokenizer, self.model_config, self.output.eos_ids)
         self.io = SchedulerIO(port_args, tp_rank)
+        self.tp_guard = TPConsistencyGuard(server_args)
         self.idle_checked = False
         self.overlap: Any = None  # the OverlapLoop, when it runs
 
     # ---- process lifecycle -----------------------------------------------------------------
     def ready_info(self) -> dict:
+        """Called once every rank is built; the all-gather makes readiness cover all ranks (on all nodes)."""
+        ranks = all_gather_pyobj({"tp_rank": self.tp_rank, "pid": os.getpid(), "host": socket.gethostname(),
+                                  "max_total_num_tokens": self.kv.total_tokens}, startup=True)
         return {"max_total_num_tokens": self.kv.total_tokens, "max_running_requests": self.max_running_requests,
-                "context_len": self.model_config.context_len, "vocab_size": self.model_config.vocab_size}
+                "context_len": self.model_config.context_len, "vocab_size": self.model_config.vocab_size,
+                "tp_ranks": ranks}
 
     def event_loop(self) -> None:
-        if self.server_args.disable_overlap_schedule:
-            self.event_loop_normal()
-        else:
-            self.event_loop_overlap()
+        self.io.install_stop_handler()
+        try:
+            if self.server_args.disable_overlap_schedule:
+                self.event_loop_normal()
+            else:
+                self.event_loop_overlap()
+        except SchedulerStopped:
+            logger.info("scheduler rank %d stopping (rank 0 was asked to)", self.tp_rank)
 
     def event_loop_overlap(self) -> None:
         from radixlm.managers.overlap_loop import OverlapLoop
@@ -102,6 +122,7 @@ class Scheduler:
             if batch is None:
                 self.on_idle()
                 continue
+            self.tp_guard.check(batch)
             self.idle_checked = False
             result = self.run_batch(batch)
             self.process_batch_result(batch, result)
@@ -121,6 +142,7 @@ class Scheduler:
                 self.io.send_to_tokenizer(HealthCheckOutput(token=msg.token))
             else:
                 logger.warning("scheduler: unexpected message %s", type(msg).__name__)
+        self.poll_grammar_queue()
 
     def handle_generate_request(self, msg: TokenizedGenerateReqInput) -> None:
         params = msg.sampling_params
@@ -134,7 +156,17 @@ class Scheduler:
             self.output.send([req])
             return
         self.stats.num_requests += 1
+        if self.grammars.add(req):  # constrained: waits for its grammar (or failed at once)
+            if req.finished():
+                self.output.send([req])
+            return
         self.waiting_queue.append(req)
+
+    def poll_grammar_queue(self) -> None:
+        """Compiled requests join the waiting queue; failed ones finish with a 400 abort."""
+        ready, failed = self.grammars.poll(idle=self.is_idle(include_grammar_queue=False))
+        self.waiting_queue.extend(ready)
+        self.output.send(failed)
 
     def admission_error(self, req: Req) -> Optional[str]:
         prompt_len = len(req.origin_input_ids)
@@ -161,6 +193,10 @@ class Scheduler:
             else:
                 keep.append(req)
         self.waiting_queue = keep
+        compiling = self.grammars.take(lambda r: msg.abort_all or r.rid == msg.rid)
+        for req in compiling:
+            req.finished_reason = {"type": "abort", "message": message}
+        self.output.send(compiling)
         in_flight = self.overlap.in_flight.batch.reqs if self.overlap and self.overlap.in_flight else []
         chunked = [self.planner.chunked_req] if self.planner.chunked_req else []
         for req in self.running + chunked + in_flight:  # in flight: a prefill not yet joined to running
@@ -171,6 +207,7 @@ class Scheduler:
         if not self.is_idle():
             return False
         self.tree_cache.reset()
+        self.grammars.reset()
         self.kv.req_to_token_pool.clear()
         self.kv.allocator.clear()
         self.stats.reset_cache_counters()
@@ -178,9 +215,11 @@ class Scheduler:
         return True
 
     # ---- batches -----------------------------------------------------------------------------
-    def is_idle(self) -> bool:
+    def is_idle(self, include_grammar_queue: bool = True) -> bool:
         in_flight = self.overlap is not None and self.overlap.in_flight is not None
-        return not self.running and not self.waiting_queue and self.planner.chunked_req is None and not in_flight
+        compiling = include_grammar_queue and bool(self.grammars.queue)
+        return (not self.running and not self.waiting_queue and self.planner.chunked_req is None and not in_flight
+                and not compiling)
 
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         self.planner.apply_aborts()
@@ -195,9 +234,12 @@ class Scheduler:
     def run_batch_from_forward_batch(self, forward_batch: Any) -> GenerationBatchResult:
         start = time.perf_counter()
         out = self.model_runner.forward(forward_batch)
-        return GenerationBatchResult(out, time.perf_counter() - start)
+        return GenerationBatchResult(out, time.perf_counter() - start, start_host_copy(out))
 
     def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
+        # a new result object: the forward thread may still read the device tensors (placeholders)
+        result = dataclasses.replace(result, forward_output=finish_host_copy(result.forward_output,
+                                                                               result.host_copy_event))
         self.output.process(batch, result)
 
     def on_idle(self) -> None:
@@ -210,6 +252,7 @@ class Scheduler:
         stats = self.stats.as_dict()
         stats.update(
             num_running_reqs=len(self.running), num_waiting_reqs=len(self.waiting_queue),
+            num_grammar_queue_reqs=len(self.grammars.queue),
             token_usage=round(self.kv.used_tokens() / max(1, self.kv.total_tokens), 4),
             max_total_num_tokens=self.kv.total_tokens, max_running_requests=self.max_running_requests,
             new_token_ratio=round(self.planner.new_token_ratio, 4),

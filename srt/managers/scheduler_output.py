@@ -1,7 +1,8 @@
 """Turns one forward's result into request state: append tokens, check finishes, cache, and
 send increments to the detokenizer.
 
-Finish rules, in order: an abort flag; `max_new_tokens`; the model's EOS ids (unless
+Finish rules, in order: an abort flag; a terminated grammar (its matcher accepted a stop
+token; `stop`, even with `ignore_eos`); `max_new_tokens`; the model's EOS ids (unless
 `ignore_eos`) and `stop_token_ids` (only after `min_new_tokens`); stop strings, checked on
 the decoded tail of the output (the detokenizer trims them from the text).
 """
@@ -35,10 +36,12 @@ class SchedulerOutput:
         logprobs = _LogprobView(out, batch) if batch.return_logprob() else None
         done: list[Req] = []
         still_running: list[Req] = []
+        is_extend = batch.forward_mode.is_extend()
+        decoding = {id(r) for r in batch.decoding_reqs}  # a set: MIXED batches can hold hundreds
         for i, req in enumerate(batch.reqs):
             if req.finished():
                 continue  # overlap: it finished in the previous batch; this token is dropped
-            if batch.forward_mode.is_extend() and req not in batch.decoding_reqs:
+            if is_extend and id(req) not in decoding:
                 if logprobs is not None and req.wants_input_logprobs():
                     logprobs.add_input(req, i, batch.prefix_lens[i], batch.extend_lens[i])
                 if req.is_chunked:
@@ -49,6 +52,7 @@ class SchedulerOutput:
                     req.finished_reason = {"type": "length", "length": 0}
                     done.append(req)
                     continue
+                self.kv.cache_chunk(req)  # the prompt is in the tree now: later requests share it
                 still_running.append(req)
             if req.to_abort is not None:
                 req.finished_reason = {"type": "abort", "message": req.to_abort}
@@ -74,6 +78,8 @@ class SchedulerOutput:
     def check_finished(self, req: Req) -> None:
         params = req.sampling_params
         out = req.output_ids
+        if req.grammar is not None and self.advance_grammar(req, out[-1]):
+            return
         if len(out) >= params.max_new_tokens:
             req.finished_reason = {"type": "length", "length": params.max_new_tokens}
         if req.finished_reason is not None or len(out) < params.min_new_tokens:
@@ -82,7 +88,7 @@ class SchedulerOutput:
         if (not params.ignore_eos and last in self.eos_ids) or last in (params.stop_token_ids or ()):
             req.finished_reason = {"type": "stop", "matched": last}
             return
-        stops = params.stop_strs
+        stops = params.stop_strs if params.stop else ()
         if stops:
             window = max(len(s) for s in stops) + 2
             tail = self.s.tokenizer.decode(out[-window:], skip_special_tokens=params.skip_special_tokens)
@@ -92,6 +98,19 @@ class SchedulerOutput:
                     return
         if req.seqlen >= self.s.model_config.context_len:
             req.finished_reason = {"type": "length", "length": len(out)}
+
+    @staticmethod
+    def advance_grammar(req: Req, token: int) -> bool:
+        """The matcher accepts the sampled token; True if that finished the request."""
+        try:
+            req.grammar.accept_token(token)
+        except ValueError as err:  # the mask forbade it, so this is a bug: end the request, not the server
+            req.finished_reason = {"type": "abort", "message": f"grammar rejected a sampled token: {err}"}
+            return True
+        if req.grammar.is_terminated():
+            req.finished_reason = {"type": "stop", "matched": token}
+            return True
+        return False
 
     # ---- sending -----------------------------------------------------------------------------
     def _should_send(self, req: Req) -> bool:
@@ -111,7 +130,7 @@ class SchedulerOutput:
             req.sent_output_len = len(req.output_ids)
             metas.append(ReqOutputMeta(prompt_tokens=len(req.origin_input_ids),
                                        completion_tokens=len(req.output_ids), cached_tokens=req.cached_tokens,
-                                       finish_reason=req.finished_reason))
+                                       finish_reason=req.finished_reason, retractions=req.num_retractions))
             logprobs.append(req.pending_logprobs)
             req.pending_logprobs = None
             if req.finished():

@@ -153,7 +153,8 @@ class TokenizerManager:
         """Yield output dicts (see contracts). `on_finish(index)` is called as each output completes."""
         self._bind_loop()
         self._check_healthy()
-        expanded = expand_request(obj, self.tokenizer, self.context_len, self.model_config.vocab_size)
+        expanded = expand_request(obj, self.tokenizer, self.context_len, self.model_config.vocab_size,
+                                  self.server_args.grammar_backend)
         if expanded.n > 1 and not self.server_args.disable_radix_cache:
             await self._shared_prefill(expanded, request)
         event = asyncio.Event()
@@ -203,6 +204,7 @@ class TokenizerManager:
                 state = states[i]
                 if state.error is not None:
                     raise state.error
+                _raise_bad_request(state)
                 outs = state.take_outputs(stream)
                 for out in outs:
                     yield i, out
@@ -281,3 +283,11 @@ class TokenizerManager:
         self._send.close(linger=0)
         self._recv.close(linger=0)
         self._ctx.term()
+
+
+def _raise_bad_request(state: ReqState) -> None:
+    """A request the scheduler rejected as the client's fault (an abort with status_code 400,
+    e.g. an invalid grammar found at compile time) is a ValueError, which HTTP maps to 400."""
+    reason = state.meta.finish_reason if state.finished and state.meta is not None else None
+    if reason and reason.get("type") == "abort" and reason.get("status_code") == 400:
+        raise ValueError(reason.get("message", "bad request"))

@@ -23,3 +23,31 @@ class ForwardOutput:
     input_token_logprobs: Optional[torch.Tensor] = None  # float32 [n_selected]
     input_top_logprobs_val: Optional[torch.Tensor] = None  # float32 [n_selected, k]
     input_top_logprobs_idx: Optional[torch.Tensor] = None  # int64 [n_selected, k]
+
+
+def start_host_copy(out: ForwardOutput) -> Optional["torch.cuda.Event"]:
+    """Start copying a CUDA ForwardOutput to pinned host memory; return the event that marks it done.
+
+    The copy is queued right behind the forward, so waiting on the event waits for this batch
+    only, not for a batch launched after it (as `.tolist()` on the stream would): this is what
+    lets the overlap loop process batch N while batch N+1 runs. None on the CPU.
+    """
+    if not out.next_token_ids.is_cuda:
+        return None
+    for name, value in vars(out).items():
+        if isinstance(value, torch.Tensor):
+            host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+            host.copy_(value, non_blocking=True)
+            setattr(out, name + "_host", host)
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+def finish_host_copy(out: ForwardOutput, event: Optional["torch.cuda.Event"]) -> ForwardOutput:
+    """Wait for `start_host_copy` and return a ForwardOutput whose tensors live on the host."""
+    if event is None:
+        return out
+    event.synchronize()
+    host = {name: getattr(out, name + "_host", None) for name in ForwardOutput.__dataclass_fields__}
+    return ForwardOutput(**{name: host[name] if host[name] is not None else getattr(out, name) for name in host})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -21,6 +21,9 @@ from radixlm.model_executor.forward_batch import ForwardBatch
 from radixlm.model_executor.forward_output import ForwardOutput
 from radixlm.sampling.sampler import Sampler
 from radixlm.server_args import ServerArgs
+
+if TYPE_CHECKING:
+    from radixlm.model_executor.cuda_graph_runner import CudaGraphRunner
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,18 @@ class ModelRunner:
         self.init_memory_pool()
         self.attn_backend = create_attention_backend(server_args.attention_backend, self)
         self.sampler = Sampler()
+        self.cuda_graph_runner = self.init_cuda_graphs()
+
+    def init_cuda_graphs(self) -> Optional["CudaGraphRunner"]:
+        """Capture decode graphs on CUDA unless disabled (the torch_native backend cannot be captured)."""
+        if self.device.type != "cuda" or self.server_args.disable_cuda_graph:
+            return None
+        if self.server_args.attention_backend == "torch_native":
+            logger.info("CUDA graphs off: the torch_native attention backend cannot be captured")
+            return None
+        from radixlm.model_executor.cuda_graph_runner import CudaGraphRunner
+
+        return CudaGraphRunner(self)
 
     # ---- memory ------------------------------------------------------------------
 
@@ -103,6 +118,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_logits(self, forward_batch: ForwardBatch) -> LogitsProcessorOutput:
         """Run the model only (the part CUDA graphs capture for decode)."""
+        if self.cuda_graph_runner is not None and self.cuda_graph_runner.can_run(forward_batch):
+            return self.cuda_graph_runner.replay(forward_batch)
         self.attach(forward_batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import zlib
 from typing import TYPE_CHECKING, Iterator
 
 import torch
@@ -57,14 +58,14 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 def init_dummy_weights(model: nn.Module, seed: int = DUMMY_SEED) -> None:
     """Seeded random weights: N(0, 0.02) for matrices, ones for norm weights, zeros otherwise.
 
-    Values are drawn on the CPU from a local generator in parameter order, so they are the
-    same on every device and run, and the global RNG is untouched.
+    Each parameter is drawn on its own device from a generator seeded by (seed, name), so
+    the values do not depend on parameter order, the global RNG is untouched, and an 8B
+    model fills in well under a second on a GPU (drawing it on one CPU generator took minutes).
     """
-    generator = torch.Generator(device="cpu").manual_seed(seed)
     for name, param in model.named_parameters():
         if param.dim() >= 2:
-            values = torch.empty(param.shape, dtype=torch.float32).normal_(0.0, DUMMY_STD, generator=generator)
-            param.copy_(values)
+            generator = torch.Generator(device=param.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            param.normal_(0.0, DUMMY_STD, generator=generator)
         elif "norm" in name and name.endswith("weight"):
             param.fill_(1.0)
         else:

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from radixlm.constrained.vocab_mask import apply_vocab_mask
 from radixlm.sampling.sampling_batch_info import SamplingBatchInfo
 
 
@@ -88,6 +89,8 @@ class Sampler(nn.Module):
         logits = logits.float()
         if info is None:
             return torch.argmax(logits, dim=-1)
+        if info.vocab_bitmask is not None:  # in place: unconstrained rows stay bit-identical
+            apply_vocab_mask(logits, info.vocab_bitmask)
         if info.vocab_mask is not None:
             logits = logits.masked_fill(~info.vocab_mask, float("-inf"))
         logits = apply_penalties(logits, info)

@@ -36,3 +36,6 @@ class SamplingBatchInfo:
 
     # Structured output: bool mask [bs, vocab] of allowed tokens (True = allowed), or None
     vocab_mask: Optional[torch.Tensor] = None
+    # Structured output, the fast form: xgrammar's bit-packed int32 [bs, ceil(vocab / 32)]
+    # (all-ones rows for unconstrained requests), applied in place by the sampler; or None
+    vocab_bitmask: Optional[torch.Tensor] = None

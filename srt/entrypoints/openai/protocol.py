@@ -64,8 +64,9 @@ class SamplingFields(BaseModel):
     user: Optional[str] = None
     cache_salt: Optional[str] = None
     rid: Optional[str] = None
-    # Declared only to be rejected (see serving_base.reject_unsupported).
+    # text | json_object | json_schema {name, schema, strict}: maps onto the native json_schema
     response_format: Optional[Any] = None
+    # Declared only to be rejected (see serving_base.reject_unsupported).
     logit_bias: Optional[dict[str, float]] = None
     tools: Optional[list[Any]] = None
 

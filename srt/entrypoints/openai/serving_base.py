@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.responses import ORJSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from radixlm.constrained import response_format_to_json_schema, validate_grammar_request
 from radixlm.entrypoints.openai.protocol import ErrorResponse, PromptTokensDetails, SamplingFields, UsageInfo
 from radixlm.managers.io_struct import GenerateReqInput
 
@@ -51,8 +52,8 @@ def error_response(status: int, message: str, param: Optional[str] = None) -> OR
 
 
 def error_from_value_error(exc: ValueError) -> OpenAIError:
-    """TokenizerManager validation errors name the parameter in their message."""
-    return OpenAIError(str(exc), 400)
+    """TokenizerManager validation errors name the parameter in their message (GrammarError also in `.param`)."""
+    return OpenAIError(str(exc), 400, getattr(exc, "param", None))
 
 
 def parse_json_body(raw: bytes) -> dict:
@@ -84,9 +85,6 @@ async def read_request(raw_request: Request, cls: type[Req]) -> Req:
 
 def reject_unsupported(req: SamplingFields) -> None:
     """Fields that would change the output but are not implemented: a 400, never silence."""
-    if req.response_format is not None:
-        raise OpenAIError("response_format is not supported yet (structured output is a later issue)",
-                          400, "response_format")
     if req.logit_bias:
         raise OpenAIError("logit_bias is not supported yet", 400, "logit_bias")
     if req.tools:
@@ -116,8 +114,9 @@ def check_context_length(prompt_tokens: int, max_new_tokens: Optional[int], cont
                           f"{prompt_tokens + max_new_tokens}; reduce the prompt or max_tokens", 400, "max_tokens")
 
 
-def sampling_params(req: SamplingFields, max_new_tokens: int) -> dict:
+def sampling_params(req: SamplingFields, max_new_tokens: int, grammar_backend: str = "xgrammar") -> dict:
     return {
+        **response_format_params(req, grammar_backend),
         "max_new_tokens": max_new_tokens, "min_new_tokens": req.min_tokens,
         "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "n": req.n, "stop": req.stop, "stop_token_ids": req.stop_token_ids, "seed": req.seed,
@@ -125,6 +124,19 @@ def sampling_params(req: SamplingFields, max_new_tokens: int) -> dict:
         "repetition_penalty": req.repetition_penalty, "ignore_eos": req.ignore_eos,
         "skip_special_tokens": req.skip_special_tokens, "no_stop_trim": req.no_stop_trim,
     }
+
+
+def response_format_params(req: SamplingFields, grammar_backend: str) -> dict:
+    """`response_format` (json_object / json_schema) -> the native `json_schema`; a 400 naming
+    `response_format` and quoting the grammar backend's error when it is invalid."""
+    try:
+        schema = response_format_to_json_schema(req.response_format)
+        if schema is None:
+            return {}
+        validate_grammar_request("json", schema, param="response_format", backend=grammar_backend)
+    except ValueError as exc:
+        raise OpenAIError(str(exc), 400, "response_format") from None
+    return {"json_schema": schema}
 
 
 def new_rid(req: SamplingFields) -> str:

@@ -66,7 +66,8 @@ class OpenAIServingChat(OpenAIServingBase):
             max_new = self.context_len - len(prompt_ids)
         rid = new_rid(req)
         obj = GenerateReqInput(
-            input_ids=prompt_ids, sampling_params=sampling_params(req, max_new), rid=rid,
+            input_ids=prompt_ids, rid=rid,
+            sampling_params=sampling_params(req, max_new, self.tokenizer_manager.server_args.grammar_backend),
             return_logprob=req.logprobs, top_logprobs_num=req.top_logprobs or 0,
             return_text_in_logprobs=True, stream=req.stream, cache_salt=req.cache_salt,
         )

@@ -61,7 +61,7 @@ class OpenAIServingCompletion(OpenAIServingBase):
         batch = len(prompt_ids) > 1
         obj = GenerateReqInput(
             input_ids=prompt_ids if batch else prompt_ids[0],
-            sampling_params=sampling_params(req, max_new),
+            sampling_params=sampling_params(req, max_new, self.tokenizer_manager.server_args.grammar_backend),
             rid=[f"{rid}-{i}" for i in range(len(prompt_ids))] if batch else rid,
             return_logprob=req.logprobs is not None,
             logprob_start_len=0 if req.echo and req.logprobs is not None else -1,

@@ -95,3 +95,20 @@ def test_dfs_weight_groups_shared_prefixes_and_random_is_a_permutation() -> None
     assert sorted(r.rid for r in shuffled) == ["a1", "a2", "b1", "b2"]
     with pytest.raises(ValueError, match="schedule policy"):
         order_queue("nope", [a1], kv, random.Random(0))
+
+
+def test_in_batch_shared_prefix_waits_one_step() -> None:
+    kv = _kv(total=4000)
+    system = list(range(1000, 1100))
+    a, b = _req("a", system + [1, 2]), _req("b", system + [3, 4])
+    short = _req("short", system[:20] + [5])  # shares fewer than IN_BATCH_PREFIX_MIN_TOKENS tokens
+    other = _req("other", list(range(5000, 5100)))
+    adder = PrefillAdder(kv, [], 0.0, 10000, -1, 8)
+    for req in (a, b, short, other):
+        assert adder.add_one_req(req)
+    assert adder.can_run == [a, short, other] and adder.deferred == [b]
+    assert kv.tree_cache.protected_size() == 0  # b's lock was undone
+    kv.tree_cache.insert(a.fill_ids, kv.allocator.alloc(len(a.fill_ids)))  # what a's prefill leaves behind
+    adder = PrefillAdder(kv, [], 0.0, 10000, -1, 8)
+    assert adder.add_one_req(b) and adder.can_run == [b]
+    assert b.prefix_indices.numel() == len(system) and b.extend_input_len == 2

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One device call on an H200: install, then the checks and timings named as arguments.
+#   bash benchmark/gpu_session.sh parity one_batch offline_hf offline_ci shared_prefix kernels
+# Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
+# (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
+# Logs go to $OUT/<step>.log; each step prints its table at the end.
+set -u
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+MODEL=.models/llama-3.1-8b
+
+python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl >"$OUT/install.log" 2>&1
+export PYTHONPATH=$PWD/.site:$PWD/sgl-kernel:${PYTHONPATH:-}
+python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$OUT/install.log" 2>&1
+python3 -c "import radixlm, radixlm_kernel, torch; print('import ok', torch.__version__, torch.cuda.get_device_name())" \
+  || { tail -20 "$OUT/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
+
+step() {  # step NAME TIMEOUT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name: $*"
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "--- $name rc=$rc in $(( $(date +%s) - t0 )) s"
+  grep -E '^\|| x$|mismatch|speedup|radixlm /|^[a-z_]+:|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
+}
+
+for what in "$@"; do
+  case $what in
+    kernels) step kernels 120 python3 -m pytest -q -x test/kernel test/unit/layers/test_layers_cuda.py ;;
+    parity) step parity 240 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
+    one_batch) step one_batch 240 python3 benchmark/bench_one_batch.py --model-path $MODEL --load-format dummy \
+                 --dtype bfloat16 --batch-size 1 8 32 64 --input-len 256 --output-len 128 ;;
+    one_batch_eager) step one_batch_eager 120 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size 1 --input-len 256 --output-len 32 --disable-cuda-graph ;;
+    offline_hf) step offline_hf 200 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 256 --random-input-len 512 \
+                 --random-output-len 128 --random-range-ratio 1.0 --skip-hf --cuda-graph-max-bs 256 ;;
+    offline_ci) step offline_ci 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 256 ;;
+    shared_prefix) for flag in "" "--disable-radix-cache"; do
+                 step "shared_prefix${flag//-/_}" 240 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
+                 --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
+                 --skip-hf --cuda-graph-max-bs 256 $flag; done ;;
+    *) echo "unknown step $what" ;;
+  esac
+done
