@@ -115,7 +115,7 @@ class WordVocab:
         self.tokenizer = tokenizer
         pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])  # type: ignore[attr-defined]
         words = {p.strip() for p in pieces}
-        candidates = sorted(w for w in words if 2 <= len(w) <= 12 and w.isascii() and w.isalpha())
+        candidates = sorted(w for w in words if 2 <= len(w) <= 12 and w.isascii() and w.isalnum() and w[0].isalpha())
         encoded = tokenizer([f"{w} {w}" for w in candidates], add_special_tokens=False)["input_ids"]  # type: ignore[operator]
         self.words = [w for w, ids in zip(candidates, encoded) if len(ids) == 2]
         if len(self.words) < 100:

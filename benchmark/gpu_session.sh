@@ -45,6 +45,14 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 256 $flag; done ;;
+    online) python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
+                 --port 30000 --log-level warning >"$OUT/server.log" 2>&1 &
+            for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
+            step online 300 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
+                 --tokenizer $MODEL --dataset-name random --num-prompts 100 --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --request-rate 1 --tokenize-prompt \
+                 --disable-tqdm --output-file "$OUT/online.jsonl"
+            kill %1; wait ;;
     *) echo "unknown step $what" ;;
   esac
 done

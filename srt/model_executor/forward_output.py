@@ -34,7 +34,7 @@ def start_host_copy(out: ForwardOutput) -> Optional["torch.cuda.Event"]:
     """
     if not out.next_token_ids.is_cuda:
         return None
-    for name, value in vars(out).items():
+    for name, value in list(vars(out).items()):
         if isinstance(value, torch.Tensor):
             host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
             host.copy_(value, non_blocking=True)
