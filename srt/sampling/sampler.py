@@ -24,6 +24,7 @@ def _signed64(x: int) -> int:
 _GOLDEN = _signed64(0x9E3779B97F4A7C15)
 _MIX1 = _signed64(0xBF58476D1CE4E5B9)
 _MIX2 = _signed64(0x94D049BB133111EB)
+_TINY = torch.finfo(torch.float32).tiny
 
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -44,7 +45,9 @@ def uniform_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> 
     row = splitmix64(splitmix64(seeds.long()) ^ steps.long())
     token = torch.arange(vocab_size, dtype=torch.int64, device=seeds.device)
     h = splitmix64(row.unsqueeze(1) ^ splitmix64(token).unsqueeze(0))
-    return (_shift_right(h, 40).float() + 0.5) * (1.0 / (1 << 24))
+    # 23 bits: (2**23 - 1) + 0.5 is exact in float32, so u < 1 always (24 bits rounded up to 1.0,
+    # making -log(u) zero and the race value infinite for about 1 draw in 128 at a 128k vocabulary)
+    return (_shift_right(h, 41).float() + 0.5) * (1.0 / (1 << 23))
 
 
 def apply_penalties(logits: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
@@ -76,7 +79,7 @@ def filter_probs(probs: torch.Tensor, info: SamplingBatchInfo) -> torch.Tensor:
         drop |= rank >= top_ks
     if info.need_top_p_sampling:  # keep the smallest prefix whose mass reaches top_p
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        drop |= mass_before > info.top_ps.view(-1, 1)
+        drop |= (mass_before > info.top_ps.view(-1, 1)) & (info.top_ps.view(-1, 1) < 1.0)
     if info.need_min_p_sampling:
         drop |= sorted_probs < info.min_ps.view(-1, 1) * sorted_probs[:, :1]
     sorted_probs = sorted_probs.masked_fill(drop, 0.0)
@@ -100,6 +103,9 @@ class Sampler(nn.Module):
         temps = info.temperatures.view(-1, 1)
         probs = torch.softmax(logits / torch.where(temps > 0, temps, 1.0), dim=-1)
         probs = filter_probs(probs, info)
-        race = probs / -torch.log(uniform_noise(info.seeds, info.steps, probs.shape[-1]))
+        # u can round to exactly 1.0 in float32 (-log(u) == 0): clamp, or a zero-probability
+        # token (masked, filtered) would score 0/0 = NaN, which argmax picks
+        exp_noise = (-torch.log(uniform_noise(info.seeds, info.steps, probs.shape[-1]))).clamp_min_(_TINY)
+        race = probs / exp_noise
         sampled = torch.argmax(race, dim=-1)
         return torch.where(temps.view(-1) > 0, sampled, greedy)
