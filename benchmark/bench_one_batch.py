@@ -127,7 +127,8 @@ def print_table(rows: list[Row], args: argparse.Namespace, runner: ModelRunner) 
     print(f"\nmodel: {cfg.architecture} {cfg.model_dir} (load_format={args.load_format}, dtype={cfg.dtype})")
     print(f"shapes: input_len={args.input_len} output_len={args.output_len} batch sizes={args.batch_size}; "
           f"attention={runner.server_args.attention_backend}")
-    print(f"device: {device_name(runner.device)}; torch {torch.__version__}; commit {commit()}\n")
+    print(f"device: {device_name(runner.device)} x tp_size={runner.tp_size}; torch {torch.__version__}; "
+          f"commit {commit()}\n")
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER))
     for row in rows:
@@ -147,6 +148,7 @@ def main() -> None:
     parser.add_argument("--compare-hf", action="store_true", help="also time transformers generate")
     parser.add_argument("--mem-fraction-static", type=float, default=None)
     parser.add_argument("--disable-cuda-graph", action="store_true", help="eager decode (CUDA)")
+    parser.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks, one process per GPU")
     args = parser.parse_args()
 
     max_bs = max(args.batch_size)
@@ -156,12 +158,32 @@ def main() -> None:
                              max_total_tokens=tokens, max_running_requests=max_bs,
                              mem_fraction_static=args.mem_fraction_static,
                              disable_cuda_graph=args.disable_cuda_graph).resolved()
-    runner = ModelRunner(server_args)
+    if args.tp_size == 1:
+        run_rank(0, args, server_args)
+        return
+    import dataclasses
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{s.getsockname()[1]}"
+    server_args = dataclasses.replace(server_args, tp_size=args.tp_size, dist_init_addr=addr)
+    mp.spawn(run_rank, args=(args, server_args), nprocs=args.tp_size, join=True)
+
+
+def run_rank(rank: int, args: argparse.Namespace, server_args: ServerArgs) -> None:
+    """One tensor-parallel rank (GPU `rank`); every rank runs the same batches, rank 0 prints."""
+    runner = ModelRunner(server_args, tp_rank=rank, tp_size=server_args.tp_size, gpu_id=rank)
     run_radixlm(runner, 1, min(16, args.input_len), 4)  # warm-up: allocator paths, kernels, thread pools
     rows = []
     for bs in args.batch_size:
         rows.append(run_radixlm(runner, bs, args.input_len, args.output_len))
-        print(f"radixlm bs={bs}: {rows[-1].cells()}", flush=True)
+        if rank == 0:
+            print(f"radixlm bs={bs}: {rows[-1].cells()}", flush=True)
+    if rank > 0:
+        return
     if args.compare_hf:
         hf = load_hf(runner, args.load_format)
         run_hf(hf, runner.model_config.vocab_size, runner.device, 1, min(16, args.input_len), 4)

@@ -27,6 +27,7 @@ logger = logging.getLogger("radixlm.launch_server")
 
 READY_MESSAGE = "The server is fired up and ready to roll!"
 WARMUP_TIMEOUT_S = 600.0
+CHILD_DEATH_GRACE_S = 2.0
 
 
 def parse_args(argv: Optional[list[str]] = None) -> ServerArgs:
@@ -84,6 +85,24 @@ def _warmup_thread(server_args: ServerArgs, server: uvicorn.Server, outcome: dic
     return thread
 
 
+def _child_watchdog(tokenizer_manager: Any, server: uvicorn.Server, outcome: dict) -> threading.Thread:
+    """A dead child (a scheduler rank, the detokenizer) stops the server with a non-zero exit,
+    after a short grace period in which in-flight requests get their error and /health is 503."""
+    def run() -> None:
+        while not server.should_exit:
+            if not tokenizer_manager.is_healthy():
+                logger.error("FATAL: %s; shutting down", tokenizer_manager.dead_reason)
+                time.sleep(CHILD_DEATH_GRACE_S)
+                outcome["ok"] = False
+                server.should_exit = True
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=run, name="radixlm-child-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
 def _ignore_reraised_signals() -> None:
     """uvicorn re-raises the signal that stopped it once it has shut down; we then clean up
     and exit 0 ourselves instead of dying by the default handler."""
@@ -103,6 +122,7 @@ def serve(server_args: ServerArgs) -> int:
                                 log_level=server_args.log_level, timeout_keep_alive=5, loop="asyncio")
         server = uvicorn.Server(config)
         _warmup_thread(server_args, server, outcome)
+        _child_watchdog(tokenizer_manager, server, outcome)
         _ignore_reraised_signals()
         server.run()
     finally:

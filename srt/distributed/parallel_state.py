@@ -59,6 +59,8 @@ def init_distributed(tp_rank: int, tp_size: int, backend: str = "gloo",
     device_timeout = timedelta(seconds=NCCL_TIMEOUT_S) if backend == "nccl" else bounded
     device_group = dist.new_group(ranks, backend=backend, timeout=device_timeout)
     cpu_group = dist.new_group(ranks, backend="gloo", timeout=bounded)
+    if backend == "nccl":  # create the communicator now: not lazily inside a CUDA graph capture
+        dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=device_group)
     _STATE = _TPState(rank=tp_rank, size=tp_size, device_group=device_group, cpu_group=cpu_group)
 
 

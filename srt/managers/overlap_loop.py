@@ -94,6 +94,7 @@ class OverlapLoop:
             launched = None
             if batch is not None:
                 s.idle_checked = False
+                s.tp_guard.check(batch)  # before launch: every rank about to run the same batch
                 launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve))
             if self.in_flight is not None:
                 self._process(self.in_flight, keep_deferred_for=launched)

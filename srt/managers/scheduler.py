@@ -55,6 +55,14 @@ def create_prefix_cache(server_args: Any, model_runner: Any) -> Any:
     return RadixCache(**kwargs)
 
 
+def share_cpu_threads(server_args: Any) -> None:
+    """CPU tensor parallelism: the node's ranks split its cores instead of each taking all of them."""
+    if server_args.device == "cpu" and server_args.tp_size_per_node > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // server_args.tp_size_per_node))
+
+
 @dataclass
 class GenerationBatchResult:
     forward_output: ForwardOutput
@@ -69,6 +77,7 @@ class Scheduler:
 
         self.server_args = server_args
         self.tp_rank = tp_rank
+        share_cpu_threads(server_args)
         self.model_runner = ModelRunner(server_args, tp_rank=tp_rank, tp_size=server_args.tp_size,
                                         gpu_id=tp_rank % server_args.tp_size_per_node)
         self.model_config = self.model_runner.model_config

@@ -48,6 +48,7 @@ class TokenizerManager:
         self.metrics_collector = self._make_metrics() if server_args.enable_metrics else None
         self.rid_to_state: dict[str, ReqState] = {}
         self.dead_reason: Optional[str] = None
+        self._failed_all = False
         self.children: Any = None
         self.scheduler_info: dict = {}
         self._ctx = zmq.Context(2)
@@ -90,11 +91,13 @@ class TokenizerManager:
                 except zmq.Again:
                     continue
                 self._dispatch(self._handle_message, msg)
-            elif self.children is not None and self.dead_reason is None:
-                reason = self.children.dead_reason()
+            elif self.children is not None and not self._failed_all:
+                # is_healthy() (/health, watchdogs) may have recorded the death first: fail requests anyway
+                reason = self.dead_reason or self.children.dead_reason()
                 if reason is not None:
                     logger.error("FATAL: %s; failing all in-flight requests", reason)
                     self.dead_reason = reason
+                    self._failed_all = True
                     self._dispatch(self._fail_all, reason)
 
     def _dispatch(self, fn: Callable, arg: Any) -> None:

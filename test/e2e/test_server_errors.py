@@ -48,8 +48,8 @@ CASES: list[tuple[str, Union[dict, bytes], int, str]] = [
     (COMP, {"model": "default", "prompt": "x", "logprobs": 50}, 400, "logprobs"),
     (COMP, {"model": "default", "prompt": ""}, 400, "prompt"),
     (COMP, {"model": "default", "prompt": [10 ** 7]}, 400, "prompt"),
-    (CHAT, {"model": "default", "messages": MSG, "response_format": {"type": "json_object"}}, 400,
-     "not supported yet"),
+    (CHAT, {"model": "default", "messages": MSG, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "nope"}}}}, 400, "invalid response_format"),
     (CHAT, {"model": "default", "messages": MSG, "top_logprobs": 2}, 400, "top_logprobs"),
     (CHAT, {"model": "default", "messages": MSG, "continue_final_message": True}, 400, "continue_final_message"),
     (CHAT, {"model": "default", "messages": MSG, "max_tokens": 9000}, 400, "8192"),

@@ -46,9 +46,10 @@ def test_malformed_json() -> None:
 
 def test_unsupported_fields_are_rejected() -> None:
     req = parse_model(ChatCompletionRequest, {"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                              "response_format": {"type": "json_object"}})
-    with pytest.raises(OpenAIError, match="not supported yet"):
+                                              "logit_bias": {"42": 5.0}})
+    with pytest.raises(OpenAIError, match="not supported yet") as err:
         reject_unsupported(req)
+    assert err.value.param == "logit_bias"
 
 
 def test_model_and_context_checks() -> None:
