@@ -2,7 +2,8 @@
 
 Extend runs one SDPA per request (new tokens see the cached prefix and, causally, each
 other). Decode gathers every request's context into one padded batch and masks the
-padding, so it is a single SDPA call per layer.
+padding, so it is a single SDPA call per layer; when all requests share a long prefix of
+KV slots (one system prompt), `shared_prefix_decode` attends to it once for all of them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from radixlm.layers.attention.base import AttentionBackend, register_attention_backend
+from radixlm.layers.attention.shared_prefix_decode import (MIN_SHARED_PREFIX, shared_prefix_decode,
+                                                           shared_prefix_len)
 
 if TYPE_CHECKING:
     from radixlm.layers.radix_attention import RadixAttention
@@ -57,6 +60,13 @@ class TorchNativeAttnBackend(AttentionBackend):
         bs = q.shape[0]
         max_len = max(forward_batch.seq_lens_cpu)
         slots = forward_batch.req_to_token_pool.req_to_token[forward_batch.req_pool_indices, :max_len].long()
+        shared = forward_batch.extras.get("shared_prefix_len")
+        if shared is None:  # once per forward, not per layer; CPU only (it reads a value to the host)
+            shared = shared_prefix_len(slots, forward_batch.seq_lens) if q.device.type == "cpu" else 0
+            forward_batch.extras["shared_prefix_len"] = shared
+        if shared >= MIN_SHARED_PREFIX:
+            return shared_prefix_decode(q, k_buf, v_buf, slots, forward_batch.seq_lens, shared,
+                                        layer.tp_q_head_num, layer.scaling)
         kb = _gather(k_buf, slots).permute(0, 2, 1, 3).to(q.dtype)  # [bs, Hkv, L, D]
         vb = _gather(v_buf, slots).permute(0, 2, 1, 3).to(q.dtype)
         qb = q.view(bs, layer.tp_q_head_num, 1, layer.head_dim)

@@ -50,7 +50,7 @@ class ChildProcesses:
                 return f"{name} process (pid {proc.pid}) exited with code {proc.exitcode}"
         return None
 
-    def shutdown(self, timeout_s: float = 5.0) -> None:
+    def shutdown(self, timeout_s: float = 10.0) -> None:
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.terminate()

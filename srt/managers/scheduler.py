@@ -117,6 +117,8 @@ class Scheduler:
                 self.event_loop_overlap()
         except SchedulerStopped:
             logger.info("scheduler rank %d stopping (rank 0 was asked to)", self.tp_rank)
+            logging.shutdown()
+            os._exit(0)  # skip interpreter teardown (process groups, threads): seconds on a loaded host
 
     def event_loop_overlap(self) -> None:
         from radixlm.managers.overlap_loop import OverlapLoop
