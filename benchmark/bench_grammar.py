@@ -133,11 +133,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the embedded SmolLM2's)")
     parser.add_argument("--mask-fill-threads", type=int, default=2, help="xgrammar BatchGrammarMatcher threads (extra row)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    tokenizer = get_tokenizer(None)
+    tokenizer = get_tokenizer(args.tokenizer)
     backends = {1: create_grammar_backend("xgrammar", tokenizer, VOCAB, stop_token_ids=[2])}
     if args.mask_fill_threads > 1:
         backends[args.mask_fill_threads] = create_grammar_backend(

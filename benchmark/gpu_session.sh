@@ -53,6 +53,8 @@ for what in "$@"; do
                  --random-output-len 2048 --random-range-ratio 0 --request-rate 1 --tokenize-prompt \
                  --disable-tqdm --output-file "$OUT/online.jsonl"
             kill %1; wait ;;
+    grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
+                 --steps 100 --mask-fill-threads 4 ;;
     *) echo "unknown step $what" ;;
   esac
 done
