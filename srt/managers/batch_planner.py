@@ -133,6 +133,7 @@ class BatchPlanner:
         self.s.stats.cached_tokens += cached
         self.s.stats.prompt_tokens += len(req.fill_ids)
         if req.num_retractions:
+            self.s.stats.resumed_cached_tokens += cached
             logger.info("resume %s after retraction: %d of %d tokens cached", req.rid, cached, len(req.fill_ids))
 
     # ---- decode ------------------------------------------------------------------------------
@@ -187,5 +188,7 @@ class BatchPlanner:
         kept = self.kv.tree_cache.evictable_size() - evictable_before
         req.reset_kv_state()
         req.num_retractions += 1
+        self.s.stats.retracted_tokens_released += released
+        self.s.stats.retracted_tokens_kept += kept
         logger.info("retract %s: released %d tokens, %d kept in the prefix tree (output so far %d)",
                     req.rid, released, kept, len(req.output_ids))

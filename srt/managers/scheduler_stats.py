@@ -12,6 +12,9 @@ class SchedulerStats:
     num_finished: int = 0
     num_aborted: int = 0
     num_retractions: int = 0
+    retracted_tokens_released: int = 0  # KV tokens retracted requests gave up
+    retracted_tokens_kept: int = 0  # of which were inserted into the prefix tree (evictable, not freed)
+    resumed_cached_tokens: int = 0  # tokens resumed requests found cached on readmission
     num_prefill_batches: int = 0
     num_decode_batches: int = 0
     prompt_tokens: int = 0  # tokens admitted for prefill (cached + computed)
