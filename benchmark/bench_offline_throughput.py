@@ -116,6 +116,20 @@ def run_hf(model: object, work: Workload, batch_size: int, pad_id: int) -> Resul
                   out_tokens, None)
 
 
+def print_step_profile(info: dict) -> None:
+    """Where the scheduler's wall time went (cumulative over the Engine's life, warm-up included)."""
+    st = info.get("scheduler_stats", info)
+    dec, pre = st.get("decode_steps", 0), st.get("prefill_steps", 0)
+    if not dec and not pre:
+        return
+    print(f"step profile: decode {st['decode_wall_s']:.1f} s in {dec} steps "
+          f"({1e3 * st['decode_wall_s'] / max(1, dec):.2f} ms/step, mean batch "
+          f"{st['decode_batch_size_sum'] / max(1, dec):.1f}, max {st['max_decode_batch_size']}); "
+          f"prefill {st['prefill_wall_s']:.1f} s in {pre} batches ({st['prefill_new_tokens']} tokens, "
+          f"{st['prefill_new_tokens'] / max(1e-9, st['prefill_wall_s']):.0f} tok/s); "
+          f"retractions {st.get('num_retractions', 0)}", flush=True)
+
+
 def print_table(results: list[Result], args: argparse.Namespace, server_args: ServerArgs) -> None:
     try:
         commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT, text=True).strip()
@@ -181,6 +195,7 @@ def main() -> None:
         for work in works:
             results.append(run_engine(engine, work))
             print(results[-1].row(), flush=True)
+            print_step_profile(engine.get_server_info())
     if not args.skip_hf and server_args.load_format != "dummy":
         import torch
         from transformers import AutoModelForCausalLM

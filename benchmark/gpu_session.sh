@@ -23,11 +23,12 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 )) s"
-  grep -E '^\|| x$|mismatch|speedup|radixlm /|^[a-z_]+:|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
+  grep -E '^\|| x$|mismatch|speedup|radixlm /|^[a-z_]+:|step profile|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
 }
 
 for what in "$@"; do
   case $what in
+    profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy ;;
     kernels) step kernels 120 python3 -m pytest -q -x test/kernel test/unit/layers/test_layers_cuda.py ;;
     parity) step parity 240 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
     one_batch) step one_batch 240 python3 benchmark/bench_one_batch.py --model-path $MODEL --load-format dummy \
@@ -40,7 +41,8 @@ for what in "$@"; do
     offline_ci) step offline_ci 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 256 ;;
-    shared_prefix) for flag in "" "--disable-radix-cache"; do
+    shared_prefix|shared_prefix_radix) flags=("" "--disable-radix-cache"); [ $what = shared_prefix_radix ] && flags=("")
+               for flag in "${flags[@]}"; do
                  step "shared_prefix${flag//-/_}" 240 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \

@@ -6,7 +6,7 @@ context through `req_to_token`; this layer only carries the shapes and the layer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import nn
@@ -30,3 +30,11 @@ class RadixAttention(nn.Module):
                 save_kv_cache: bool = True) -> torch.Tensor:
         """q `[T, Hq*D]`, k/v `[T, Hkv*D]` -> `[T, Hq*Dv]`."""
         return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache)
+
+    def kv_store_target(self, forward_batch: "ForwardBatch") -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """`(k_buffer, v_buffer, out_cache_loc)` where a fused rotary kernel may write this layer's new
+        K/V (then call `forward(..., save_kv_cache=False)`), or None when the backend stores them itself."""
+        if not getattr(forward_batch.attn_backend, "accepts_stored_kv", False):
+            return None
+        k_buffer, v_buffer = forward_batch.token_to_kv_pool.get_kv_buffer(self.layer_id)
+        return k_buffer, v_buffer, forward_batch.out_cache_loc

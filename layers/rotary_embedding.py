@@ -59,11 +59,24 @@ class RotaryEmbedding(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q `[T, Hq*D]` and k `[T, Hk*D]` at `positions` `[T]`; returns the rotated pair."""
         kernel = kernel_for(query)
-        if kernel is not None and query.is_contiguous() and key.is_contiguous():
+        if kernel is not None and query.stride(-1) == 1 and key.stride(-1) == 1:
             kernel.apply_rotary_pos_emb_(positions, query, key, self.head_size, self.cos_sin_cache,
                                          self.is_neox_style)
             return query, key
         return self.forward_native(positions, query, key)
+
+    def forward_and_store_kv(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, target: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+                             ) -> bool:
+        """Rotate q/k in place and write k/v into the KV pool in one kernel, when `target`
+        `(k_buffer, v_buffer, loc)` is given and the kernels run here; False means nothing was done."""
+        kernel = kernel_for(query)
+        if kernel is None or target is None or min(t.stride(-1) for t in (query, key, value)) != 1:
+            return False
+        k_buffer, v_buffer, loc = target
+        kernel.apply_rotary_pos_emb_and_store_kv_(positions, query, key, value, self.head_size, self.cos_sin_cache,
+                                                  self.is_neox_style, k_buffer, v_buffer, loc)
+        return True
 
     def forward_native(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 
 class AttentionBackend(ABC):
+    # True when the backend reads new K/V from the standard pool layout, so a fused rotary+store
+    # kernel may write them before `forward(..., save_kv_cache=False)` (see RadixAttention.kv_store_target)
+    accepts_stored_kv: bool = False
+
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         """Precompute per-batch metadata once, before the layers run."""
 
@@ -47,6 +51,9 @@ class AttentionBackend(ABC):
 
     def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         raise NotImplementedError
+
+    def init_forward_metadata_in_graph(self, forward_batch: "ForwardBatch") -> None:
+        """Device-only metadata work recorded inside the captured graph (runs again on every replay)."""
 
     def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         raise NotImplementedError

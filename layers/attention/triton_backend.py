@@ -6,9 +6,9 @@ Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 
 CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (splits per
 request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
-the metadata at them for the batch being captured; `init_forward_metadata_replay_cuda_graph`
-recomputes the splits in place from the batch's (static) `seq_lens` before each replay. No
-step of the decode path reads a device value on the host.
+the metadata at them for the batch being captured; `init_forward_metadata_in_graph` computes
+the splits from the graph's static `seq_lens` inside the graph, so a replay launches nothing
+else. No step of the decode path reads a device value on the host.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class ExtendMetadata:
 
 @register_attention_backend("triton")
 class TritonAttnBackend(AttentionBackend):
+    accepts_stored_kv = True
+
     def __init__(self, model_runner: object) -> None:
         import radixlm_kernel  # the kernel package (pip install -e sgl-kernel)
 
@@ -89,12 +91,16 @@ class TritonAttnBackend(AttentionBackend):
         if self.cuda_graph_num_kv_splits is None:
             raise RuntimeError("call init_cuda_graph_state(max_bs) before capturing")
         bs = forward_batch.batch_size
-        splits = self._num_kv_splits(forward_batch.seq_lens[:bs], out=self.cuda_graph_num_kv_splits)
-        self.forward_metadata = DecodeMetadata(splits, self.cuda_graph_attn_logits, self.cuda_graph_attn_lse)
+        self.forward_metadata = DecodeMetadata(self.cuda_graph_num_kv_splits[:bs], self.cuda_graph_attn_logits,
+                                               self.cuda_graph_attn_lse)
 
-    def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+    def init_forward_metadata_in_graph(self, forward_batch: "ForwardBatch") -> None:
+        """The splits follow the graph's static seq_lens, so computing them is part of the graph."""
         bs = forward_batch.batch_size
         self._num_kv_splits(forward_batch.seq_lens[:bs], out=self.cuda_graph_num_kv_splits)
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        """Nothing on the host: the captured graph recomputes the splits from the static seq_lens."""
 
     # ---- forward --------------------------------------------------------------------------
 

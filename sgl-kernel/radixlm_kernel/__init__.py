@@ -9,11 +9,12 @@ from radixlm_kernel.decode_attention import compute_num_kv_splits, decode_attent
 from radixlm_kernel.extend_attention import extend_attention_fwd
 from radixlm_kernel.kv_cache import store_kv_cache
 from radixlm_kernel.norm import fused_add_rmsnorm, rmsnorm
-from radixlm_kernel.rotary import apply_rotary_pos_emb_
+from radixlm_kernel.rotary import apply_rotary_pos_emb_, apply_rotary_pos_emb_and_store_kv_
 from radixlm_kernel.sampling import top_k_top_p_min_p_sampling
 
 __all__ = [
     "apply_rotary_pos_emb_",
+    "apply_rotary_pos_emb_and_store_kv_",
     "compute_num_kv_splits",
     "decode_attention_fwd",
     "extend_attention_fwd",

@@ -48,6 +48,15 @@ def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size
     return torch.cat((rot, rest), dim=-1).reshape(x.shape).to(x.dtype)
 
 
+def apply_rotary_pos_emb_and_store_kv_ref_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                                           v: torch.Tensor, head_size: int, cos_sin_cache: torch.Tensor,
+                                           is_neox: bool, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+                                           loc: torch.Tensor) -> None:
+    apply_rotary_pos_emb_ref_(positions, q, k, head_size, cos_sin_cache, is_neox)
+    store_kv_cache_ref(k_buffer, v_buffer, loc, k.reshape(k.shape[0], *k_buffer.shape[1:]),
+                       v.reshape(v.shape[0], *v_buffer.shape[1:]))
+
+
 def store_kv_cache_ref(k_buffer: torch.Tensor, v_buffer: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
                        v: torch.Tensor) -> None:
     k_buffer[loc.long()] = k.to(k_buffer.dtype)

@@ -21,8 +21,34 @@ class SchedulerStats:
     cached_tokens: int = 0  # of which came from the prefix cache
     generated_tokens: int = 0
     forward_time_s: float = 0.0
+    # wall time between consecutive batch results, charged to the batch just finished: where a
+    # busy scheduler's time goes (decode steps vs prefills), for the throughput benchmarks
+    decode_wall_s: float = 0.0
+    decode_steps: int = 0
+    decode_batch_size_sum: int = 0
+    max_decode_batch_size: int = 0
+    prefill_wall_s: float = 0.0
+    prefill_steps: int = 0
+    prefill_new_tokens: int = 0
     started_at: float = field(default_factory=time.monotonic)
     _gen_window: list = field(default_factory=list, repr=False)  # (time, generated_tokens)
+    _last_result_at: float = field(default=0.0, repr=False)
+
+    def record_batch(self, is_decode: bool, batch_size: int, new_tokens: int) -> None:
+        """One batch's results are in; the time since the previous result (capped at 1 s, so idle
+        gaps are not counted) is charged to this batch's kind."""
+        now = time.monotonic()
+        gap = min(now - self._last_result_at, 1.0) if self._last_result_at else 0.0
+        self._last_result_at = now
+        if is_decode:
+            self.decode_wall_s += gap
+            self.decode_steps += 1
+            self.decode_batch_size_sum += batch_size
+            self.max_decode_batch_size = max(self.max_decode_batch_size, batch_size)
+        else:
+            self.prefill_wall_s += gap
+            self.prefill_steps += 1
+            self.prefill_new_tokens += new_tokens
 
     def record_generated(self, n: int) -> None:
         self.generated_tokens += n

@@ -4,6 +4,9 @@ A decode batch of size bs replays the graph of the smallest captured size >= bs.
 graphs read static input buffers; the padded rows point at KV slot 0 (the allocator's
 reserved padding slot) with sequence length 1, so they compute garbage that nobody reads
 and write nowhere that matters. Sampling runs after the replay, outside the graph.
+Before each replay the attention backend re-plans from the padded static batch, whose
+`seq_lens_cpu` holds the real host lengths (1 for padded rows) for backends that plan on
+the host (flashinfer).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -57,11 +60,11 @@ class CudaGraphRunner:
     def can_run(self, forward_batch: ForwardBatch) -> bool:
         return forward_batch.forward_mode.is_decode() and forward_batch.batch_size <= self.max_bs
 
-    def _static_batch(self, bs: int) -> ForwardBatch:
+    def _static_batch(self, bs: int, seq_lens_cpu: Optional[list[int]] = None) -> ForwardBatch:
         fb = ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=bs, input_ids=self.input_ids[:bs],
                           positions=self.positions[:bs], req_pool_indices=self.req_pool_indices[:bs],
                           seq_lens=self.seq_lens[:bs], out_cache_loc=self.out_cache_loc[:bs],
-                          seq_lens_cpu=[1] * bs)
+                          seq_lens_cpu=seq_lens_cpu or [1] * bs)
         return self.model_runner.attach(fb)
 
     @torch.inference_mode()
@@ -72,10 +75,12 @@ class CudaGraphRunner:
             fb = self._static_batch(bs)
             backend.init_forward_metadata_capture_cuda_graph(fb)
             for _ in range(2):
+                backend.init_forward_metadata_in_graph(fb)
                 model(fb.input_ids, fb.positions, fb)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
+                backend.init_forward_metadata_in_graph(fb)
                 out = model(fb.input_ids, fb.positions, fb)
             if self.pool is None:
                 self.pool = graph.pool()
@@ -96,6 +101,7 @@ class CudaGraphRunner:
         self.req_pool_indices[:bs].copy_(forward_batch.req_pool_indices)
         self.seq_lens[:bs].copy_(forward_batch.seq_lens)
         self.out_cache_loc[:bs].copy_(forward_batch.out_cache_loc)
-        self.model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(self._static_batch(padded))
+        seq_lens_cpu = list(forward_batch.seq_lens_cpu) + [1] * (padded - bs)
+        self.model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(self._static_batch(padded, seq_lens_cpu))
         self.graphs[padded].replay()
         return LogitsProcessorOutput(next_token_logits=self.outputs[padded].next_token_logits[:bs])

@@ -69,8 +69,11 @@ class LlamaAttention(nn.Module):
                 forward_batch: "ForwardBatch") -> torch.Tensor:
         qkv = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.prepare_qk(q.contiguous(), k.contiguous())
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = self.prepare_qk(q, k)
+        # on CUDA one kernel rotates q/k in place inside qkv and writes k/v into the pool: no copies
+        if self.rotary_emb.forward_and_store_kv(positions, q, k, v, self.attn.kv_store_target(forward_batch)):
+            return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=False))
+        q, k = self.rotary_emb(positions, q.contiguous(), k.contiguous())
         return self.o_proj(self.attn(q, k, v.contiguous(), forward_batch))
 
 

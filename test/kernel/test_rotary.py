@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import apply_rotary_pos_emb_
-from radixlm_kernel.reference import apply_rotary_pos_emb_ref_
+from radixlm_kernel import apply_rotary_pos_emb_, apply_rotary_pos_emb_and_store_kv_
+from radixlm_kernel.reference import apply_rotary_pos_emb_and_store_kv_ref_, apply_rotary_pos_emb_ref_
 
 
 def _cache(max_pos: int, rotary_dim: int, device: str) -> torch.Tensor:
@@ -47,3 +47,31 @@ def test_rotary_on_fused_qkv_slices(device: str, dtype: torch.dtype, tol: dict) 
     torch.testing.assert_close(qkv[:, :hq * d], q_ref, **tol)
     torch.testing.assert_close(qkv[:, hq * d:(hq + hk) * d], k_ref, **tol)
     torch.testing.assert_close(qkv[:, (hq + hk) * d:], ref[:, (hq + hk) * d:], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("is_neox,head_size,rotary_dim", [(True, 128, 128), (False, 64, 64), (True, 96, 32)])
+def test_rotary_and_store_kv_on_fused_qkv(device: str, dtype: torch.dtype, tol: dict, is_neox: bool, head_size: int,
+                                          rotary_dim: int) -> None:
+    """The fused variant: q, k, v as slices of one qkv; the pool gets the rotated k and v at `loc`."""
+    torch.manual_seed(2)
+    tokens, hq, hk, slots = 7, 8, 2, 64
+    qkv = torch.randn(tokens, (hq + 2 * hk) * head_size, device=device, dtype=dtype)
+    q, k, v = qkv.split([hq * head_size, hk * head_size, hk * head_size], dim=-1)
+    ref = qkv.clone()
+    q_ref, k_ref, v_ref = (t.clone() for t in ref.split([hq * head_size, hk * head_size, hk * head_size], dim=-1))
+    positions = torch.randint(0, 512, (tokens,), device=device)
+    loc = torch.randperm(slots, device=device)[:tokens]
+    cache = _cache(512, rotary_dim, device)
+    k_buf = torch.randn(slots, hk, head_size, device=device, dtype=dtype)
+    v_buf = torch.randn(slots, hk, head_size, device=device, dtype=dtype)
+    k_buf_ref, v_buf_ref = k_buf.clone(), v_buf.clone()
+    apply_rotary_pos_emb_and_store_kv_(positions, q, k, v, head_size, cache, is_neox, k_buf, v_buf, loc)
+    apply_rotary_pos_emb_and_store_kv_ref_(positions, q_ref, k_ref, v_ref, head_size, cache, is_neox, k_buf_ref,
+                                           v_buf_ref, loc)
+    torch.testing.assert_close(q, q_ref, **tol)
+    torch.testing.assert_close(k, k_ref, **tol)
+    torch.testing.assert_close(v, v_ref, atol=0, rtol=0)  # v is only copied
+    torch.testing.assert_close(k_buf, k_buf_ref, **tol)
+    torch.testing.assert_close(v_buf, v_buf_ref, atol=0, rtol=0)
+    # the pool row is exactly the rotated k that attention reads in place
+    torch.testing.assert_close(k_buf[loc].reshape(tokens, -1), k, atol=0, rtol=0)

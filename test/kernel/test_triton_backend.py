@@ -70,6 +70,7 @@ class Harness:
             fb.token_to_kv_pool, fb.attn_backend = self.runners[name].token_to_kv_pool, backend
             if name == "triton" and graph_hook:
                 getattr(backend, f"init_forward_metadata_{graph_hook}_cuda_graph")(fb)
+                backend.init_forward_metadata_in_graph(fb)  # what the captured graph runs each replay
             else:
                 backend.init_forward_metadata(fb)
             outs[name] = self.layer(q, k, v, fb)
