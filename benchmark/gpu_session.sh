@@ -28,6 +28,15 @@ step() {  # step NAME TIMEOUT_S COMMAND...
 
 for what in "$@"; do
   case $what in
+    sweep) step sweep 300 python3 benchmark/gpu_kernel_sweep.py ;;
+    fi_stage1) cp .fi1/fi.part.aa /tmp/ && echo "fi part 1 staged in /tmp" ;;
+    fi_install) cat /tmp/fi.part.aa .fi2/fi.part.ab > /tmp/flashinfer_python-0.7.4-py3-none-any.whl &&
+                python3 -m pip install -q --no-index --no-deps --no-compile --target .site \
+                  /tmp/flashinfer_python-0.7.4-py3-none-any.whl >>"$OUT/install.log" 2>&1
+                python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" ;;
+    fi_tests) step fi_tests 300 python3 -m pytest -q -x test/unit/layers/test_flashinfer_backend.py ;;
+    fi_profile) step fi_profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --attention-backend flashinfer ;;
     profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy ;;
     kernels) step kernels 120 python3 -m pytest -q -x test/kernel test/unit/layers/test_layers_cuda.py ;;
     parity) step parity 240 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;

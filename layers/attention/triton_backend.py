@@ -72,6 +72,10 @@ class TritonAttnBackend(AttentionBackend):
             start = torch.cumsum(ext, dim=0) - ext
         self.forward_metadata = ExtendMetadata(start, max(forward_batch.extend_seq_lens_cpu, default=0))
 
+    def _grid_splits(self, bs: int) -> int:
+        """The decode grid's split dimension for `bs` rows (what `_num_kv_splits` never exceeds)."""
+        return self.kernel.grid_kv_splits(bs, self.num_kv_heads, MAX_KV_SPLITS, self.num_sms)
+
     def _num_kv_splits(self, seq_lens: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         return self.kernel.compute_num_kv_splits(seq_lens, self.num_kv_heads, MAX_KV_SPLITS, self.num_sms, out=out)
 
@@ -130,7 +134,7 @@ class TritonAttnBackend(AttentionBackend):
         self.kernel.decode_attention_fwd(
             q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-            meta.num_kv_splits, layer.scaling, max_kv_splits=MAX_KV_SPLITS, attn_logits=meta.attn_logits,
+            meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs), attn_logits=meta.attn_logits,
             attn_lse=meta.attn_lse)
         return o.view(bs, -1)
 

@@ -33,9 +33,9 @@ OCCUPANCY = 2  # aim for this many split programs per SM
 @triton.jit
 def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
                          mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
-                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, group, head_dim, v_head_dim,
+                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, group, head_dim, v_head_dim,
                          BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                         BLOCK_N: tl.constexpr):
+                         BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -73,9 +73,13 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
             l = l * alpha + tl.sum(p, axis=1)
             m = m_new
-        out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + split * mo_s2 + dv[None, :]
-        tl.store(out_ptrs, acc / l[:, None], mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
-        tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + split, m + tl.log(l), mask=h_mask)
+        if DIRECT_OUT:  # one split per request: this is the final output, no merge pass
+            tl.store(o_ptr + b * o_s0 + heads[:, None] * o_s1 + dv[None, :],
+                     (acc / l[:, None]).to(o_ptr.dtype.element_ty), mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+        else:
+            out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + split * mo_s2 + dv[None, :]
+            tl.store(out_ptrs, acc / l[:, None], mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+            tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + split, m + tl.log(l), mask=h_mask)
 
 
 @triton.jit
@@ -99,14 +103,21 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
     tl.store(o_ptr + b * o_s0 + head * o_s1 + dv, out.to(o_ptr.dtype.element_ty), mask=dv < v_head_dim)
 
 
+def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int) -> int:
+    """The most splits any request of a batch of `bs` gets: enough (request, kv head, split) programs
+    to fill the GPU `OCCUPANCY` times over, capped at `max_kv_splits`. A host int (it depends on the
+    batch size only), so it sizes the grid: no programs launched just to exit."""
+    return max(1, min(max_kv_splits, triton.cdiv(OCCUPANCY * num_sms, max(1, bs * num_kv_heads))))
+
+
 def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_splits: int,
                           num_sms: Optional[int] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Splits per request, on the device (int32 [bs]): enough programs to fill the GPU, at least
-    `MIN_SPLIT_LEN` tokens per split, at most `max_kv_splits`. No host sync; `out` reuses a buffer."""
+    `MIN_SPLIT_LEN` tokens per split, at most `grid_kv_splits(...)`. No host sync; `out` reuses a buffer."""
     bs = seq_lens.shape[0]
     if num_sms is None:
         num_sms = _num_sms(seq_lens.device)
-    by_occupancy = max(1, min(max_kv_splits, triton.cdiv(OCCUPANCY * num_sms, max(1, bs * num_kv_heads))))
+    by_occupancy = grid_kv_splits(bs, num_kv_heads, max_kv_splits, num_sms)
     splits = torch.clamp((seq_lens + (MIN_SPLIT_LEN - 1)) // MIN_SPLIT_LEN, 1, by_occupancy)
     if out is None:
         return splits.to(torch.int32)
@@ -137,7 +148,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
 
     q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
     num_kv_splits: int32 [bs] device tensor (see `compute_num_kv_splits`) or one int for all;
-    max_kv_splits: the grid's split dimension (defaults to the int, else 16); attn_logits
+    max_kv_splits: the grid's split dimension (defaults to the int, else 16; must be >= every
+    num_kv_splits[b]; with 1, stage 1 writes `o` directly and the merge is skipped); attn_logits
     `[>=bs, Hq, max_kv_splits, Dv]` and attn_lse `[>=bs, Hq, max_kv_splits]` float32 are the
     scratch buffers (pass static ones under a CUDA graph; allocated when None).
     """
@@ -161,13 +173,17 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         raise ValueError(f"scratch buffers {tuple(attn_logits.shape)} / {tuple(attn_lse.shape)} do not fit "
                          f"bs {bs}, {num_q_heads} q heads, {max_kv_splits} splits")
     group = num_q_heads // num_kv_heads
+    direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
     _decode_split_kernel[(bs, num_kv_heads, max_kv_splits)](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
-        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), group, head_dim, v_head_dim,
-        BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
-        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1), group,
+        head_dim, v_head_dim, BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
+        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, DIRECT_OUT=direct, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
+    if direct:
+        return
     _decode_merge_kernel[(bs, num_q_heads)](
         attn_logits, attn_lse, o3, seq_lens, num_kv_splits, attn_logits.stride(0), attn_logits.stride(1),
         attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0), o3.stride(1), v_head_dim,

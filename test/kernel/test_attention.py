@@ -30,7 +30,8 @@ def _pool(seq_lens: list[int], kv_heads: int, head_dim: int, device: str, dtype:
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("seq_lens,splits", [([1, 37, 130], 4), ([600, 5], None), ([300], 3)])
+@pytest.mark.parametrize("seq_lens,splits", [([1, 37, 130], 4), ([600, 5], None), ([300], 3), ([1, 37, 130], 1),
+                                             ([600, 5], 1)])
 def test_decode_attention(device: str, dtype: torch.dtype, tol: dict, group: int, seq_lens: list[int],
                           splits: int | None) -> None:
     torch.manual_seed(0)
@@ -64,7 +65,8 @@ def test_num_kv_splits_bounds(device: str) -> None:
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("prefix_lens,extend_lens", [([0], [70]), ([0, 33, 130], [5, 80, 1]), ([200, 0], [3, 17])])
+@pytest.mark.parametrize("prefix_lens,extend_lens", [([0], [70]), ([0, 33, 130], [5, 80, 1]), ([200, 0], [3, 17]),
+                                                      ([0, 40], [300, 129])])  # causal blocks below the diagonal
 def test_extend_attention(device: str, dtype: torch.dtype, tol: dict, group: int, prefix_lens: list[int],
                           extend_lens: list[int]) -> None:
     torch.manual_seed(1)

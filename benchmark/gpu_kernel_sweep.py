@@ -1,0 +1,161 @@
+"""Sweep the attention kernels' launch knobs on the GPU, on model-shaped cases (CUDA only).
+
+    python benchmark/gpu_kernel_sweep.py            # decode and extend, Llama-3.1-8B head shapes
+
+Decode: the KV pool is laid out as the allocator does it (each request's slots contiguous,
+requests in shuffled order) and sized like a real pool (a GB or more per layer buffer), so
+memory locality is what a serving step sees. Each config is checked against the torch
+reference once, then timed in a CUDA graph (triton.testing.do_bench_cudagraph). Prints, per
+case, the default's time and the best config's, and the bandwidth (decode) or TFLOP/s (extend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import torch
+import triton.testing
+
+import radixlm_kernel as K
+from radixlm_kernel import decode_attention as dec
+from radixlm_kernel import extend_attention as ext
+from radixlm_kernel import reference as R
+
+HQ, HKV, D = 32, 8, 128
+DEV, DT = "cuda", torch.bfloat16
+
+
+def pool(lens: list[int], extra: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K/V buffers and req_to_token rows: contiguous slot runs per request, requests shuffled."""
+    total = sum(lens) + extra + 1
+    kb = torch.randn(total, HKV, D, device=DEV, dtype=DT)
+    vb = torch.randn_like(kb)
+    order = torch.randperm(len(lens)).tolist()
+    starts, at = [0] * len(lens), 1
+    for i in order:
+        starts[i], at = at, at + lens[i]
+    r2t = torch.zeros(len(lens), max(lens) + 8, dtype=torch.int32, device=DEV)
+    for i, (s, n) in enumerate(zip(starts, lens)):
+        r2t[i, :n] = torch.arange(s, s + n, dtype=torch.int32, device=DEV)
+    return kb, vb, r2t, torch.arange(len(lens), device=DEV)
+
+
+def bench(fn) -> float:
+    fn()
+    return triton.testing.do_bench_cudagraph(fn, rep=30)
+
+
+def decode_cases(spec: str) -> list[tuple[int, int]]:
+    return [tuple(int(x) for x in c.split("x")) for c in spec.split(",")]
+
+
+def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, int]]) -> None:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    default = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY)
+    print("\n## decode attention (ms per layer call; TB/s of K+V read)")
+    print("| bs x ctx | default " + str(default) + " | best | best config (BLOCK_N, warps, stages, occupancy) |")
+    print("|---|---|---|---|")
+    for bs, ctx in cases:
+        kb, vb, r2t, rows = pool([ctx] * bs)
+        lens = torch.full((bs,), ctx, device=DEV)
+        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+        o = torch.empty_like(q)
+        logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
+        lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+        ref = torch.empty_like(q)
+        R.decode_attention_ref(q, kb, vb, ref, r2t, rows, lens, D ** -0.5) if bs * ctx <= 300_000 else None
+        nbytes = 2 * bs * ctx * HKV * D * 2
+        results = {}
+        for cfg in configs:
+            dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY = cfg
+            grid = K.grid_kv_splits(bs, HKV, 32, sms)
+            splits = K.compute_num_kv_splits(lens, HKV, 32, sms)
+
+            def fn() -> None:
+                K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
+
+            try:
+                ms = bench(fn)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
+                print(f"  skip {cfg}: {type(e).__name__}")
+                continue
+            if bs * ctx <= 300_000:
+                torch.testing.assert_close(o, ref, atol=2e-2, rtol=2e-2)
+            results[cfg] = ms
+        dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY = default
+        best = min(results, key=results.get)
+        d_ms = results.get(default, float("nan"))
+        print(f"| {bs} x {ctx} | {d_ms * 1e3:.1f} us ({nbytes / d_ms / 1e9:.2f} TB/s) | "
+              f"{results[best] * 1e3:.1f} us ({nbytes / results[best] / 1e9:.2f} TB/s) | {best} |", flush=True)
+        del kb, vb
+        torch.cuda.empty_cache()
+
+
+def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, int, int]]) -> None:
+    default = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
+    print("\n## extend attention (ms; TFLOP/s over the unmasked half)")
+    print("| reqs x (prefix + new) | default " + str(default) + " | best | best config (BLOCK_M, BLOCK_N, warps, stages) |")
+    print("|---|---|---|---|")
+    for reqs, prefix, new in cases:
+        kb, vb, r2t, rows = pool([prefix + new] * reqs)
+        lens = torch.full((reqs,), prefix + new, device=DEV)
+        ext_lens = torch.full((reqs,), new, device=DEV)
+        start = torch.arange(reqs, device=DEV) * new
+        q = torch.randn(reqs * new, HQ, D, device=DEV, dtype=DT)
+        k = torch.randn(reqs * new, HKV, D, device=DEV, dtype=DT)
+        v = torch.randn_like(k)
+        o = torch.empty_like(q)
+        args = (r2t, rows, lens, ext_lens, start)
+        ref = None
+        if reqs * new * (prefix + new) <= 8192 * 4096:
+            ref = torch.empty_like(q)
+            R.extend_attention_ref(q, k, v, ref, kb, vb, *args, D ** -0.5)
+        flops = 4 * reqs * HQ * D * new * (prefix + new / 2)
+        results = {}
+        for cfg in configs:
+            ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES = cfg
+
+            def fn() -> None:
+                K.extend_attention_fwd(q, k, v, o, kb, vb, *args, new, D ** -0.5)
+
+            try:
+                ms = bench(fn)
+            except Exception as e:  # noqa: BLE001
+                print(f"  skip {cfg}: {type(e).__name__}")
+                continue
+            if ref is not None:
+                torch.testing.assert_close(o, ref, atol=2e-2, rtol=2e-2)
+            results[cfg] = ms
+        ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES = default
+        best = min(results, key=results.get)
+        d_ms = results.get(default, float("nan"))
+        print(f"| {reqs} x ({prefix} + {new}) | {d_ms:.2f} ms ({flops / d_ms / 1e9:.0f} TFLOP/s) | "
+              f"{results[best]:.2f} ms ({flops / results[best] / 1e9:.0f} TFLOP/s) | {best} |", flush=True)
+        del kb, vb
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--decode", default="1x256,1x4096,8x2048,64x2048,256x2048,512x2300")
+    parser.add_argument("--extend", default="1x0x8192,4x0x2048,1x4096x4096,16x2048x128,8x0x512")
+    parser.add_argument("--quick", action="store_true", help="a few configs only")
+    args = parser.parse_args()
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    dconfigs = [(bn, w, st, occ) for bn, w, st in itertools.product([32, 64, 128], [2, 4, 8], [1, 2, 3])
+                for occ in [2]] + [(64, 4, 2, 1), (64, 4, 2, 4), (32, 4, 2, 4), (64, 2, 3, 1), (64, 2, 3, 4)]
+    econfigs = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3),
+                (128, 32, 4, 2), (128, 64, 4, 2), (64, 128, 8, 2), (128, 128, 8, 3), (64, 32, 4, 3), (64, 64, 8, 2)]
+    if args.quick:
+        dconfigs, econfigs = dconfigs[:3], econfigs[:3]
+    default_d = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY)
+    default_e = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
+    dconfigs = [default_d] + [c for c in dconfigs if c != default_d]
+    econfigs = [default_e] + [c for c in econfigs if c != default_e]
+    run_decode(decode_cases(args.decode), dconfigs)
+    run_extend([tuple(int(x) for x in c.split("x")) for c in args.extend.split(",")], econfigs)
+
+
+if __name__ == "__main__":
+    main()
