@@ -92,6 +92,39 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
         torch.cuda.empty_cache()
 
 
+def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> None:
+    """Requests in groups sharing their first `prefix` slots (as the radix cache hands them out), in a
+    shuffled batch: the natural launch order against `prefix_order` (neighbours share the prefix)."""
+    bs = groups * per_group
+    kb, vb, own, rows = pool([suffix] * bs, extra=groups * prefix)
+    base = int(own.max()) + 1
+    r2t = torch.zeros(bs, prefix + suffix + 8, dtype=torch.int32, device=DEV)
+    member = torch.randperm(bs).tolist()  # request i belongs to group member[i] % groups
+    for i in range(bs):
+        g = member[i] % groups
+        r2t[i, :prefix] = torch.arange(base + g * prefix, base + (g + 1) * prefix, dtype=torch.int32, device=DEV)
+        r2t[i, prefix:prefix + suffix] = own[i, :suffix]
+    lens = torch.full((bs,), prefix + suffix, device=DEV)
+    q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = K.grid_kv_splits(bs, HKV, 32, sms)
+    splits = K.compute_num_kv_splits(lens, HKV, 32, sms)
+    logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
+    lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+    order = K.prefix_order(r2t, rows)
+    outs, times = [], []
+    for o_arg in (None, order):
+        o = torch.empty_like(q)
+        times.append(bench(lambda: K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid,
+                                                          logits, lse, order=o_arg)))
+        outs.append(o)
+    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+    nbytes = 2 * bs * (prefix + suffix) * HKV * D * 2
+    print(f"\n## decode, {groups} groups x {per_group} sharing {prefix} slots + {suffix} own (bs {bs}): "
+          f"natural order {times[0] * 1e3:.1f} us ({nbytes / times[0] / 1e9:.2f} TB/s as if unshared), "
+          f"prefix order {times[1] * 1e3:.1f} us ({nbytes / times[1] / 1e9:.2f})", flush=True)
+
+
 def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, int, int]]) -> None:
     default = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
     print("\n## extend attention (ms; TFLOP/s over the unmasked half)")
@@ -141,6 +174,7 @@ def main() -> None:
     parser.add_argument("--decode", default="1x256,1x4096,8x2048,64x2048,256x2048,512x2300")
     parser.add_argument("--extend", default="1x0x8192,4x0x2048,1x4096x4096,16x2048x128,8x0x512")
     parser.add_argument("--quick", action="store_true", help="a few configs only")
+    parser.add_argument("--shared-only", action="store_true", help="only the shared-prefix decode case")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
     dconfigs = [(bn, w, st, occ) for bn, w, st in itertools.product([32, 64, 128], [2, 4, 8], [1, 2, 3])
@@ -153,6 +187,9 @@ def main() -> None:
     default_e = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
     dconfigs = [default_d] + [c for c in dconfigs if c != default_d]
     econfigs = [default_e] + [c for c in econfigs if c != default_e]
+    run_shared_decode(32, 16, 2048, 256)
+    if args.shared_only:
+        return
     run_decode(decode_cases(args.decode), dconfigs)
     run_extend([tuple(int(x) for x in c.split("x")) for c in args.extend.split(",")], econfigs)
 

@@ -67,7 +67,7 @@ class ServerArgs:
     attention_backend: Optional[str] = None
     grammar_backend: str = "xgrammar"
     disable_cuda_graph: bool = False
-    cuda_graph_max_bs: int = 160
+    cuda_graph_max_bs: int = 256
     kv_cache_dtype: str = "auto"
 
     def resolved(self) -> "ServerArgs":

@@ -32,6 +32,7 @@ class DecodeMetadata:
     num_kv_splits: torch.Tensor  # int32 [bs]
     attn_logits: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS, Dv]
     attn_lse: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS]
+    order: Optional[torch.Tensor] = None  # int64 [bs]: requests sharing prefix slots launched side by side
 
 
 @dataclass
@@ -64,13 +65,22 @@ class TritonAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         if forward_batch.forward_mode.is_decode():
             bs = forward_batch.batch_size
-            self.forward_metadata = DecodeMetadata(self._num_kv_splits(forward_batch.seq_lens), *self._scratch(bs))
+            self.forward_metadata = DecodeMetadata(self._num_kv_splits(forward_batch.seq_lens), *self._scratch(bs),
+                                                   order=self._order(forward_batch))
             return
         ext = forward_batch.extend_seq_lens
         start = forward_batch.extend_start_loc
         if start is None:
             start = torch.cumsum(ext, dim=0) - ext
         self.forward_metadata = ExtendMetadata(start, max(forward_batch.extend_seq_lens_cpu, default=0))
+
+    def _order(self, forward_batch: "ForwardBatch", out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """Requests that share their first KV slots (a cached prefix) decode side by side, so the
+        prefix is read from HBM about once per step and from L2 by the rest (None at batch 1)."""
+        if forward_batch.batch_size < 2:
+            return None
+        return self.kernel.prefix_order(forward_batch.req_to_token_pool.req_to_token,
+                                        forward_batch.req_pool_indices, out=out)
 
     def _grid_splits(self, bs: int) -> int:
         """The decode grid's split dimension for `bs` rows (what `_num_kv_splits` never exceeds)."""
@@ -89,6 +99,7 @@ class TritonAttnBackend(AttentionBackend):
 
     def init_cuda_graph_state(self, max_bs: int) -> None:
         self.cuda_graph_num_kv_splits = torch.ones(max_bs, dtype=torch.int32, device=self.device)
+        self.cuda_graph_order = torch.arange(max_bs, dtype=torch.int64, device=self.device)
         self.cuda_graph_attn_logits, self.cuda_graph_attn_lse = self._scratch(max_bs)
 
     def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
@@ -96,12 +107,15 @@ class TritonAttnBackend(AttentionBackend):
             raise RuntimeError("call init_cuda_graph_state(max_bs) before capturing")
         bs = forward_batch.batch_size
         self.forward_metadata = DecodeMetadata(self.cuda_graph_num_kv_splits[:bs], self.cuda_graph_attn_logits,
-                                               self.cuda_graph_attn_lse)
+                                               self.cuda_graph_attn_lse,
+                                               order=self.cuda_graph_order[:bs] if bs > 1 else None)
 
     def init_forward_metadata_in_graph(self, forward_batch: "ForwardBatch") -> None:
-        """The splits follow the graph's static seq_lens, so computing them is part of the graph."""
+        """The splits and the launch order follow the graph's static seq_lens and rows, so computing
+        them is part of the graph."""
         bs = forward_batch.batch_size
         self._num_kv_splits(forward_batch.seq_lens[:bs], out=self.cuda_graph_num_kv_splits)
+        self._order(forward_batch, out=self.cuda_graph_order)
 
     def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         """Nothing on the host: the captured graph recomputes the splits from the static seq_lens."""
@@ -135,7 +149,7 @@ class TritonAttnBackend(AttentionBackend):
             q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
             meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs), attn_logits=meta.attn_logits,
-            attn_lse=meta.attn_lse)
+            attn_lse=meta.attn_lse, order=meta.order)
         return o.view(bs, -1)
 
     def _save_kv(self, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",

@@ -5,7 +5,8 @@ the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
 """
 
 from radixlm_kernel.activation import silu_and_mul
-from radixlm_kernel.decode_attention import compute_num_kv_splits, decode_attention_fwd, grid_kv_splits
+from radixlm_kernel.decode_attention import (compute_num_kv_splits, decode_attention_fwd, grid_kv_splits,
+                                             prefix_order)
 from radixlm_kernel.extend_attention import extend_attention_fwd
 from radixlm_kernel.kv_cache import store_kv_cache
 from radixlm_kernel.norm import fused_add_rmsnorm, rmsnorm
@@ -20,6 +21,7 @@ __all__ = [
     "extend_attention_fwd",
     "fused_add_rmsnorm",
     "grid_kv_splits",
+    "prefix_order",
     "rmsnorm",
     "silu_and_mul",
     "store_kv_cache",

@@ -33,10 +33,13 @@ OCCUPANCY = 2  # aim for this many split programs per SM
 @triton.jit
 def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
                          mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
-                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, group, head_dim, v_head_dim,
-                         BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                         BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)
+                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, order_ptr, group, head_dim,
+                         v_head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                         BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr, HAS_ORDER: tl.constexpr):
+    if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
+        b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
+    else:
+        b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
@@ -125,6 +128,19 @@ def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_spli
     return out[:bs]
 
 
+def prefix_order(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, out: Optional[torch.Tensor] = None
+                 ) -> torch.Tensor:
+    """A launch order for `decode_attention_fwd` that puts requests with the same first KV slot (a
+    shared cached prefix: the radix cache hands them the same slots) next to each other. On the
+    device, no host sync; `out` (int64 [>=bs]) reuses a buffer under a CUDA graph."""
+    first = req_to_token[req_pool_indices, 0]
+    order = torch.argsort(first)
+    if out is None:
+        return order
+    out[:order.shape[0]].copy_(order)
+    return out[:order.shape[0]]
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -143,7 +159,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
                          req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                          num_kv_splits: Union[torch.Tensor, int], sm_scale: float,
                          max_kv_splits: Optional[int] = None, attn_logits: Optional[torch.Tensor] = None,
-                         attn_lse: Optional[torch.Tensor] = None) -> None:
+                         attn_lse: Optional[torch.Tensor] = None, order: Optional[torch.Tensor] = None) -> None:
     """One new token per request attends to its whole context; writes `o`.
 
     q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
@@ -151,7 +167,9 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     max_kv_splits: the grid's split dimension (defaults to the int, else 16; must be >= every
     num_kv_splits[b]; with 1, stage 1 writes `o` directly and the merge is skipped); attn_logits
     `[>=bs, Hq, max_kv_splits, Dv]` and attn_lse `[>=bs, Hq, max_kv_splits]` float32 are the
-    scratch buffers (pass static ones under a CUDA graph; allocated when None).
+    scratch buffers (pass static ones under a CUDA graph; allocated when None). `order` (a
+    permutation of the batch rows, see `prefix_order`) sets which requests' programs are launched
+    side by side; the result does not depend on it.
     """
     head_dim, v_head_dim = k_buffer.shape[-1], v_buffer.shape[-1]
     q3, o3 = _as_heads(q, head_dim), _as_heads(o, v_head_dim)
@@ -178,10 +196,11 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
-        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1), group,
-        head_dim, v_head_dim, BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
-        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, DIRECT_OUT=direct, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1),
+        order if order is not None else seq_lens, group, head_dim, v_head_dim,
+        BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
+        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, DIRECT_OUT=direct, HAS_ORDER=order is not None,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     if direct:
         return
     _decode_merge_kernel[(bs, num_q_heads)](

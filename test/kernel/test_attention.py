@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd
+from radixlm_kernel import compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd, prefix_order
 from radixlm_kernel.reference import decode_attention_ref, extend_attention_ref
 
 
@@ -104,3 +104,24 @@ def test_extend_attention_flat_layout(device: str, dtype: torch.dtype, tol: dict
     ref = torch.empty(8, hq, head_dim, device=device, dtype=dtype)
     extend_attention_ref(q.view(8, hq, -1), k.view(8, 1, -1), v.view(8, 1, -1), ref, k_buf, v_buf, *args, 0.2)
     torch.testing.assert_close(o, ref.view(8, -1), **tol)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dict, splits: int) -> None:
+    """Rows sharing prefix slots, launched in `prefix_order`: the same result as the natural order."""
+    torch.manual_seed(3)
+    kv_heads, head_dim, hq = 2, 64, 8
+    seq_lens = [90, 70, 130, 64]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    req_to_token[rows[2], :50] = req_to_token[rows[0], :50]  # rows 0 and 2 share a 50-token prefix
+    order = prefix_order(req_to_token, rows)
+    assert sorted(order.tolist()) == [0, 1, 2, 3]
+    assert abs(order.tolist().index(0) - order.tolist().index(2)) == 1  # the sharing rows are neighbours
+    q = torch.randn(len(seq_lens), hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    outs = []
+    for o_arg in (None, order):
+        o = torch.empty_like(q)
+        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5, order=o_arg)
+        outs.append(o)
+    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
