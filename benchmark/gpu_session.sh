@@ -23,12 +23,13 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 )) s"
-  grep -E '^\|| x$|mismatch|speedup|radixlm /|^[a-z_]+:|step profile|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
+  grep -E '^\|| x$|^## |mismatch|speedup|radixlm /|^[a-z_]+:|step profile|passed|failed|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
 }
 
 for what in "$@"; do
   case $what in
     sweep) step sweep 300 python3 benchmark/gpu_kernel_sweep.py ;;
+    sweep_shared) step sweep_shared 120 python3 benchmark/gpu_kernel_sweep.py --shared-only ;;
     fi_stage1) cp .fi1/fi.part.aa /tmp/ && echo "fi part 1 staged in /tmp" ;;
     fi_install) cat /tmp/fi.part.aa .fi2/fi.part.ab > /tmp/flashinfer_python-0.7.4-py3-none-any.whl &&
                 python3 -m pip install -q --no-index --no-deps --no-compile --target .site \
@@ -49,13 +50,13 @@ for what in "$@"; do
                  --random-output-len 128 --random-range-ratio 1.0 --skip-hf --cuda-graph-max-bs 256 ;;
     offline_ci) step offline_ci 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
-                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 256 ;;
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ;;
     shared_prefix|shared_prefix_radix) flags=("" "--disable-radix-cache"); [ $what = shared_prefix_radix ] && flags=("")
                for flag in "${flags[@]}"; do
                  step "shared_prefix${flag//-/_}" 240 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
-                 --skip-hf --cuda-graph-max-bs 256 $flag; done ;;
+                 --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
     online) python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
                  --port 30000 --log-level warning >"$OUT/server.log" 2>&1 &
             for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
