@@ -92,7 +92,7 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
         torch.cuda.empty_cache()
 
 
-def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> None:
+def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> float:
     """Requests in groups sharing their first `prefix` slots (as the radix cache hands them out), in a
     shuffled batch: the natural launch order against `prefix_order` (neighbours share the prefix)."""
     bs = groups * per_group
@@ -118,11 +118,42 @@ def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> 
         times.append(bench(lambda: K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid,
                                                           logits, lse, order=o_arg)))
         outs.append(o)
+    o = torch.empty_like(q)
+    times.append(bench(lambda: K.decode_attention_multi_fwd(q, kb, vb, o, r2t, rows, lens, D ** -0.5, order)))
     torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+    torch.testing.assert_close(o, outs[0], atol=2e-2, rtol=2e-2)
     nbytes = 2 * bs * (prefix + suffix) * HKV * D * 2
     print(f"\n## decode, {groups} groups x {per_group} sharing {prefix} slots + {suffix} own (bs {bs}): "
           f"natural order {times[0] * 1e3:.1f} us ({nbytes / times[0] / 1e9:.2f} TB/s as if unshared), "
-          f"prefix order {times[1] * 1e3:.1f} us ({nbytes / times[1] / 1e9:.2f})", flush=True)
+          f"prefix order {times[1] * 1e3:.1f} us ({nbytes / times[1] / 1e9:.2f}), "
+          f"several requests per program {times[2] * 1e3:.1f} us ({nbytes / times[2] / 1e9:.2f})", flush=True)
+    return times[1] / times[2]
+
+
+def run_multi_unshared(cases: list[tuple[int, int]]) -> float:
+    """Unshared contexts (every block private): the multi-request kernel against the standard one."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    worst = float("inf")
+    for bs, ctx in cases:
+        kb, vb, r2t, rows = pool([ctx] * bs)
+        lens = torch.full((bs,), ctx, device=DEV)
+        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+        o1, o2 = torch.empty_like(q), torch.empty_like(q)
+        grid = K.grid_kv_splits(bs, HKV, 32, sms)
+        splits = K.compute_num_kv_splits(lens, HKV, 32, sms)
+        logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
+        lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+        order = K.prefix_order(r2t, rows)
+        t1 = bench(lambda: K.decode_attention_fwd(q, kb, vb, o1, r2t, rows, lens, splits, D ** -0.5, grid, logits,
+                                                  lse, order=order))
+        t2 = bench(lambda: K.decode_attention_multi_fwd(q, kb, vb, o2, r2t, rows, lens, D ** -0.5, order))
+        torch.testing.assert_close(o2, o1, atol=2e-2, rtol=2e-2)
+        print(f"## decode unshared bs {bs} x {ctx}: standard {t1 * 1e3:.1f} us, several per program "
+              f"{t2 * 1e3:.1f} us ({t1 / t2:.2f}x)", flush=True)
+        worst = min(worst, t1 / t2)
+        del kb, vb
+        torch.cuda.empty_cache()
+    return worst
 
 
 def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, int, int]]) -> None:
@@ -174,7 +205,8 @@ def main() -> None:
     parser.add_argument("--decode", default="1x256,1x4096,8x2048,64x2048,256x2048,512x2300")
     parser.add_argument("--extend", default="1x0x8192,4x0x2048,1x4096x4096,16x2048x128,8x0x512")
     parser.add_argument("--quick", action="store_true", help="a few configs only")
-    parser.add_argument("--shared-only", action="store_true", help="only the shared-prefix decode case")
+    parser.add_argument("--shared-only", action="store_true", help="only the shared-prefix decode cases")
+    parser.add_argument("--decision-file", default=None, help="write 1 if the multi-request kernel should be on")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
     dconfigs = [(bn, w, st, occ) for bn, w, st in itertools.product([32, 64, 128], [2, 4, 8], [1, 2, 3])
@@ -187,7 +219,13 @@ def main() -> None:
     default_e = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
     dconfigs = [default_d] + [c for c in dconfigs if c != default_d]
     econfigs = [default_e] + [c for c in econfigs if c != default_e]
-    run_shared_decode(32, 16, 2048, 256)
+    shared = run_shared_decode(32, 16, 2048, 256)
+    unshared = run_multi_unshared([(136, 2048), (256, 2048), (512, 2300)])
+    if args.decision_file:  # the session turns the multi-request kernel off unless it measured a win
+        with open(args.decision_file, "w") as f:
+            f.write("1\n" if shared > 1.05 and unshared > 0.97 else "0\n")
+    print(f"multi-request kernel: shared-prefix speedup {shared:.2f}x, worst unshared ratio {unshared:.2f}x",
+          flush=True)
     if args.shared_only:
         return
     run_decode(decode_cases(args.decode), dconfigs)

@@ -23,13 +23,15 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 )) s"
-  grep -E '^\|| x$|^## |mismatch|speedup|radixlm /|^[a-z_]+:|step profile|passed|failed|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
+  grep -E '^\|| x$|^## |^multi|mismatch|speedup|radixlm /|^[a-z_]+:|step profile|passed|failed|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
 }
 
 for what in "$@"; do
   case $what in
     sweep) step sweep 300 python3 benchmark/gpu_kernel_sweep.py ;;
-    sweep_shared) step sweep_shared 120 python3 benchmark/gpu_kernel_sweep.py --shared-only ;;
+    sweep_shared) step sweep_shared 150 python3 benchmark/gpu_kernel_sweep.py --shared-only --decision-file /tmp/multi
+                 export RADIXLM_DECODE_MULTI=$(cat /tmp/multi 2>/dev/null || echo 0)
+                 echo "RADIXLM_DECODE_MULTI=$RADIXLM_DECODE_MULTI for the steps that follow" ;;
     fi_stage1) cp .fi1/fi.part.aa /tmp/ && echo "fi part 1 staged in /tmp" ;;
     fi_install) cat /tmp/fi.part.aa .fi2/fi.part.ab > /tmp/flashinfer_python-0.7.4-py3-none-any.whl &&
                 python3 -m pip install -q --no-index --no-deps --no-compile --target .site \

@@ -38,3 +38,9 @@ def set_default_nccl_env() -> None:
     """NCCL defaults for the scheduler ranks (set only where the user has not): NVLink SHARP
     (multicast) stays off, since lent multi-GPU hosts do not support it reliably."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+
+def decode_multi_request() -> bool:
+    """Large decode batches use the several-requests-per-program attention kernel (shared-prefix
+    blocks loaded once); RADIXLM_DECODE_MULTI=0 keeps one request per program."""
+    return _get("DECODE_MULTI", "1") != "0"

@@ -2,7 +2,9 @@
 
 Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
-`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device).
+`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device), or,
+for batches large enough to fill the GPU unsplit, `decode_attention_multi_fwd` (several
+requests per program, in `prefix_order`, so blocks of a shared cached prefix are loaded once).
 
 CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (splits per
 request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from radixlm import environ
 from radixlm.layers.attention.base import AttentionBackend, register_attention_backend
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ class TritonAttnBackend(AttentionBackend):
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                         if self.device.type == "cuda" else 8)
         self.forward_metadata: Optional[DecodeMetadata | ExtendMetadata] = None
+        self.multi_enabled = environ.decode_multi_request()
         self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
 
     # ---- metadata ------------------------------------------------------------------------
@@ -81,6 +85,14 @@ class TritonAttnBackend(AttentionBackend):
             return None
         return self.kernel.prefix_order(forward_batch.req_to_token_pool.req_to_token,
                                         forward_batch.req_pool_indices, out=out)
+
+    def _use_multi(self, bs: int) -> bool:
+        """Several requests per program (shared-prefix blocks loaded once) when the batch fills the GPU
+        with no KV splits even at R requests per program; a host decision on the (padded) batch size."""
+        if not self.multi_enabled:
+            return False
+        r, _ = self.kernel.multi_request_rows(self.num_q_heads // self.num_kv_heads)
+        return self._grid_splits(-(-bs // r)) == 1
 
     def _grid_splits(self, bs: int) -> int:
         """The decode grid's split dimension for `bs` rows (what `_num_kv_splits` never exceeds)."""
@@ -145,6 +157,12 @@ class TritonAttnBackend(AttentionBackend):
         k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         bs = q.shape[0]
         o = q.new_empty(bs, layer.tp_q_head_num, layer.v_head_dim)
+        if meta.order is not None and self._use_multi(bs):
+            self.kernel.decode_attention_multi_fwd(
+                q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
+                forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
+                layer.scaling, meta.order)
+            return o.view(bs, -1)
         self.kernel.decode_attention_fwd(
             q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,

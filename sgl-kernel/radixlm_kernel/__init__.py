@@ -7,6 +7,7 @@ the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
 from radixlm_kernel.activation import silu_and_mul
 from radixlm_kernel.decode_attention import (compute_num_kv_splits, decode_attention_fwd, grid_kv_splits,
                                              prefix_order)
+from radixlm_kernel.decode_attention_multi import decode_attention_multi_fwd, multi_request_rows
 from radixlm_kernel.extend_attention import extend_attention_fwd
 from radixlm_kernel.kv_cache import store_kv_cache
 from radixlm_kernel.norm import fused_add_rmsnorm, rmsnorm
@@ -18,9 +19,11 @@ __all__ = [
     "apply_rotary_pos_emb_and_store_kv_",
     "compute_num_kv_splits",
     "decode_attention_fwd",
+    "decode_attention_multi_fwd",
     "extend_attention_fwd",
     "fused_add_rmsnorm",
     "grid_kv_splits",
+    "multi_request_rows",
     "prefix_order",
     "rmsnorm",
     "silu_and_mul",

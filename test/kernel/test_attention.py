@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd, prefix_order
+from radixlm_kernel import (compute_num_kv_splits, decode_attention_fwd, decode_attention_multi_fwd, extend_attention_fwd,
+                            prefix_order)
 from radixlm_kernel.reference import decode_attention_ref, extend_attention_ref
 
 
@@ -125,3 +126,24 @@ def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dic
         decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5, order=o_arg)
         outs.append(o)
     torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+def test_decode_attention_multi_request(device: str, dtype: torch.dtype, tol: dict, group: int) -> None:
+    """Several requests per program: shared-prefix blocks (one load for all), private blocks, uneven
+    lengths and a partial last program give the reference result."""
+    torch.manual_seed(4)
+    kv_heads, head_dim = 2, 64
+    seq_lens = [150, 70, 150, 129, 64, 1, 200]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    for i in (2, 3, 6):  # rows 0, 2, 3 and 6 share row 0's first 128 slots (two whole blocks)
+        req_to_token[rows[i], :128] = req_to_token[rows[0], :128]
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    order = prefix_order(req_to_token, rows)
+    o = torch.empty_like(q)
+    decode_attention_multi_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, head_dim ** -0.5, order)
+    ref = torch.empty_like(q).view(bs, hq, head_dim)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)

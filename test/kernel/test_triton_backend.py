@@ -106,3 +106,18 @@ def test_capture_requires_graph_state(device: str, dtype: torch.dtype) -> None:
     with pytest.raises(RuntimeError, match="init_cuda_graph_state"):
         h.backends["triton"].init_forward_metadata_capture_cuda_graph(
             h.batch(ForwardMode.DECODE, [0], [1]))
+
+
+@pytest.mark.parametrize("multi", [True, False])
+def test_decode_kernel_choice(device: str, dtype: torch.dtype, tol: dict, multi: bool) -> None:
+    """A batch that fills the GPU unsplit takes the several-requests-per-program kernel (when enabled);
+    both kernels give torch_native's result, eager and through the graph hooks."""
+    torch.manual_seed(5)
+    h = Harness(device, dtype)
+    triton = h.backends["triton"]
+    triton.num_sms, triton.multi_enabled = 0, multi  # no SMs to fill: any batch counts as large
+    h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1, 3], [40, 7, 70, 64]), tol)
+    assert triton._use_multi(4) is multi
+    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol)
+    triton.init_cuda_graph_state(max_bs=8)
+    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol, graph_hook="capture")
