@@ -42,7 +42,7 @@ for what in "$@"; do
                  --attention-backend flashinfer ;;
     profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy ;;
     kernels) step kernels 120 python3 -m pytest -q -x test/kernel test/unit/layers/test_layers_cuda.py ;;
-    parity) step parity 240 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
+    parity) step parity 420 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
     one_batch) step one_batch 240 python3 benchmark/bench_one_batch.py --model-path $MODEL --load-format dummy \
                  --dtype bfloat16 --batch-size 1 8 32 64 --input-len 256 --output-len 128 ;;
     one_batch_eager) step one_batch_eager 120 python3 benchmark/bench_one_batch.py --model-path $MODEL \
