@@ -9,7 +9,11 @@ the wall time minus the stand-in forward, and the thread's CPU time (sleep exclu
 
     python benchmark/bench_scheduler_overhead.py                 # 1, 64, 256 running requests
     python benchmark/bench_scheduler_overhead.py --stream        # also streaming requests
+    python benchmark/bench_scheduler_overhead.py --repeat 3      # each point 3 times, the median run
     python benchmark/bench_scheduler_overhead.py --profile 256   # cProfile of the 256 case
+
+On a shared machine, pin it to one core (`taskset -c 0`) and use `--repeat`: a step after the
+5 ms sleep starts with cold caches, so neighbours' load moves the figures by tens of percent.
 """
 
 from __future__ import annotations
@@ -126,6 +130,12 @@ def measure(num_reqs: int, iters: int, stream: bool) -> dict:
             "cpu_ms": 1e3 * sum(cpu) / iters}
 
 
+def measure_median(num_reqs: int, iters: int, stream: bool, repeat: int) -> dict:
+    """`repeat` fresh measurements of one point; the one with the median mean."""
+    runs = sorted((measure(num_reqs, iters, stream) for _ in range(repeat)), key=lambda r: r["mean_ms"])
+    return {**runs[len(runs) // 2], "runs": repeat}
+
+
 def print_table(rows: list[dict], latency_s: float) -> None:
     try:
         commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT, text=True).strip()
@@ -134,12 +144,13 @@ def print_table(rows: list[dict], latency_s: float) -> None:
     print(f"\nScheduler overhead per decode iteration (plain loop), forward = STAND-IN sleeping "
           f"{latency_s * 1e3:.1f} ms; prompts {PROMPT_LEN} tokens; torch threads={torch.get_num_threads()}; "
           f"cpu={platform.processor() or platform.machine()}; load avg={os.getloadavg()[0]:.2f}; commit={commit}")
-    head = ["running reqs", "stream", "iters", "mean ms (wall - forward)", "p50 ms", "p90 ms", "thread CPU ms"]
+    head = ["running reqs", "stream", "iters", "runs (median)", "mean ms (wall - forward)", "p50 ms", "p90 ms",
+            "thread CPU ms"]
     print(" | ".join(head))
     print("-|-".join("-" * len(h) for h in head))
     for r in rows:
-        cells = [r["reqs"], "yes" if r["stream"] else "no", r["iters"], f"{r['mean_ms']:.3f}", f"{r['p50_ms']:.3f}", f"{r['p90_ms']:.3f}",
-                 f"{r['cpu_ms']:.3f}"]
+        cells = [r["reqs"], "yes" if r["stream"] else "no", r["iters"], r["runs"], f"{r['mean_ms']:.3f}",
+                 f"{r['p50_ms']:.3f}", f"{r['p90_ms']:.3f}", f"{r['cpu_ms']:.3f}"]
         print(" | ".join(str(c).ljust(len(h)) for c, h in zip(cells, head)))
 
 
@@ -151,6 +162,7 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true",
                         help="also measure streaming requests (one detokenizer message per token per request)")
     parser.add_argument("--profile", type=int, default=None, help="cProfile the decode loop at this many requests")
+    parser.add_argument("--repeat", type=int, default=1, help="measure each point this many times; report the median")
     args = parser.parse_args()
     torch.set_num_threads(1)
     StandInModelRunner.latency_s = args.forward_latency_ms / 1e3
@@ -168,7 +180,8 @@ def main() -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return
     modes = [False, True] if args.stream else [False]
-    print_table([measure(n, args.iters, stream) for stream in modes for n in args.reqs], StandInModelRunner.latency_s)
+    print_table([measure_median(n, args.iters, stream, args.repeat) for stream in modes for n in args.reqs],
+                StandInModelRunner.latency_s)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,17 @@ class BasePrefixCache(ABC):
 
     @abstractmethod
     def cache_unfinished_req(self, req: Any) -> None:
-        """Insert a running (chunked or retracted) request's computed tokens; re-lock the new node."""
+        """Insert a running (chunked) request's computed tokens; re-lock the new node."""
+
+    def cache_retracted_req(self, req: Any) -> Any:
+        """Release a retracted request like `cache_finished_req`, and return a pin that keeps what
+        it computed cached in preference to other evictable entries until `unpin` (when it is
+        readmitted or leaves). A cache that keeps nothing returns None."""
+        self.cache_finished_req(req)
+        return None
+
+    def unpin(self, pin: Any) -> None:
+        """Drop a pin from `cache_retracted_req` (None is a no-op)."""
 
     @abstractmethod
     def inc_lock_ref(self, node: Any) -> int: ...

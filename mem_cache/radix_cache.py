@@ -13,6 +13,12 @@ Invariants this module keeps (`check_invariants` verifies them):
   childless, non-root nodes, and `evict` only ever pops from a heap over that set (LRU by
   last access; stale heap entries are skipped). A parent enters the set only when its
   last child is gone, so nothing a request or a longer prefix depends on is evicted.
+- Pins are a soft protection for the prefix a retracted request left behind
+  (`cache_retracted_req`): `pin_ref` counts the pins whose path passes through a node (so a
+  parent's is never below a child's), and the heap orders unpinned leaves before pinned
+  ones. A pinned leaf is evicted only when no unpinned leaf is left, so pins never make
+  memory unreachable (a lock would: a retraction could then deadlock the pool). A pin whose
+  node is evicted moves to the parent, which already counted it.
 - `extra_key` (cache_salt, later adapter ids) partitions the tree: the root's children
   are keyed by `(extra_key, first_token)` when it is set, so tenants never share a node.
 
@@ -35,7 +41,7 @@ from radixlm.mem_cache.radix_invariants import check_radix_invariants
 
 class TreeNode:
     __slots__ = ("id", "parent", "children", "key", "value", "extra_key", "lock_ref", "last_access",
-                 "evictable")
+                 "evictable", "pin_ref", "pins")
 
     def __init__(self, node_id: int, parent: Optional["TreeNode"], key: list[int], value: torch.Tensor,
                  extra_key: Optional[Hashable], last_access: int) -> None:
@@ -48,12 +54,25 @@ class TreeNode:
         self.lock_ref = 0
         self.last_access = last_access
         self.evictable = False  # member of the tree's evictable-leaf set
+        self.pin_ref = 0  # pins whose path passes through this node (evicted after unpinned leaves)
+        self.pins: Optional[list[PrefixPin]] = None  # the pins that end exactly here
 
     def key_in_parent(self) -> Hashable:
         return child_key(self.parent, self.key[0], self.extra_key)
 
     def __repr__(self) -> str:
-        return f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, children={len(self.children)})"
+        return (f"TreeNode(id={self.id}, len={len(self.key)}, lock_ref={self.lock_ref}, pin_ref={self.pin_ref}, "
+                f"children={len(self.children)})")
+
+
+class PrefixPin:
+    """A retracted request's hold on its retained prefix: the path root..node is evicted only after
+    every unpinned leaf. `node` moves up when eviction takes the pinned node; None once unpinned."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: TreeNode) -> None:
+        self.node: Optional[TreeNode] = node
 
 
 def child_key(parent: Optional[TreeNode], token: int, extra_key: Optional[Hashable]) -> Hashable:
@@ -80,6 +99,11 @@ def common_prefix_len(key: list[int], tokens: list[int], start: int) -> int:
     return i
 
 
+def heap_entry(node: TreeNode) -> tuple[bool, int, int, TreeNode]:
+    """Eviction order: unpinned before pinned, then least recently used, then oldest node."""
+    return (node.pin_ref > 0, node.last_access, node.id, node)
+
+
 def as_token_list(token_ids: Sequence[int] | torch.Tensor) -> list[int]:
     if isinstance(token_ids, list):
         return token_ids
@@ -103,9 +127,10 @@ class RadixCache(BasePrefixCache):
         self._empty = torch.empty(0, dtype=torch.int64, device=self.device)
         self.root_node = TreeNode(next(self._ids), None, [], self._empty, None, 0)
         self._evictable_leaves: set[TreeNode] = set()
-        self._heap: list[tuple[int, int, TreeNode]] = []
+        self._heap: list[tuple[bool, int, int, TreeNode]] = []  # (pinned, last_access, id, node)
         self._evictable_size = 0
         self._protected_size = 0
+        self._num_pins = 0
 
     # ---- lookup ------------------------------------------------------------------------------
     def match_prefix(self, token_ids: Sequence[int] | torch.Tensor,
@@ -147,6 +172,7 @@ class RadixCache(BasePrefixCache):
         parent = child.parent
         mid = TreeNode(next(self._ids), parent, child.key[:m], child.value[:m], child.extra_key, tick)
         mid.lock_ref = child.lock_ref
+        mid.pin_ref = child.pin_ref  # pins end at or below child, so their paths pass through mid
         parent.children[child.key_in_parent()] = mid
         child.key, child.value, child.parent = child.key[m:], child.value[m:], mid
         mid.children[child.key[0]] = child
@@ -163,14 +189,19 @@ class RadixCache(BasePrefixCache):
             raise ValueError(f"insert got {len(tokens)} tokens but {slots.numel()} slots")
         if self.disable or not tokens:
             return 0
+        return self._insert(tokens, slots, extra_key)[0]
+
+    def _insert(self, tokens: list[int], slots: torch.Tensor,
+                extra_key: Optional[Hashable]) -> tuple[int, TreeNode]:
+        """insert() for a non-empty list; also returns the node where the tokens end."""
         tick = self._tick()
         node, pos, _ = self._walk(tokens, extra_key, tick)
         if pos < len(tokens):
-            self._add_leaf(node, tokens[pos:], slots[pos:], extra_key, tick)
-        return pos
+            node = self._add_leaf(node, tokens[pos:], slots[pos:], extra_key, tick)
+        return pos, node
 
     def _add_leaf(self, parent: TreeNode, key: list[int], slots: torch.Tensor,
-                  extra_key: Optional[Hashable], tick: int) -> None:
+                  extra_key: Optional[Hashable], tick: int) -> TreeNode:
         value = slots.to(dtype=torch.int64, device=self.device, copy=True)
         leaf = TreeNode(next(self._ids), parent, key, value, extra_key, tick)
         parent.children[child_key(parent, key[0], extra_key)] = leaf
@@ -178,24 +209,37 @@ class RadixCache(BasePrefixCache):
             self._discard_evictable(parent)  # no longer a leaf
         self._evictable_size += len(key)
         self._add_evictable(leaf)
+        return leaf
 
     # ---- request hooks -----------------------------------------------------------------------
     def cache_finished_req(self, req: Any) -> None:
         """Insert the request's committed tokens, free duplicate slots, unlock, release the row."""
+        self._release_req(req)
+
+    def cache_retracted_req(self, req: Any) -> Optional[PrefixPin]:
+        """cache_finished_req, then pin the path of the committed tokens: eviction takes it only
+        after every unpinned leaf, so the request hits its own prefix when it is readmitted."""
+        node = self._release_req(req)
+        return None if node is None else self.pin(node)
+
+    def _release_req(self, req: Any) -> Optional[TreeNode]:
+        """The release both hooks share; returns the node where the committed tokens end."""
         if req.req_pool_idx is None:
-            return
+            return None
         tokens, slots = self._committed(req)
+        node = None
         if self.disable:
             self.token_to_kv_pool_allocator.free(slots)
         else:
             prefix_len = req.prefix_indices.numel()
-            cached = self.insert(tokens, slots, req.extra_key)
+            cached, node = self._insert(tokens, slots, req.extra_key) if tokens else (0, None)
             if cached > prefix_len:
                 self.token_to_kv_pool_allocator.free(slots[prefix_len:cached])
             self.dec_lock_ref(req.last_node)
         self.req_to_token_pool.free(req.req_pool_idx)
         req.req_pool_idx = None
         req.last_node = None
+        return node
 
     def cache_unfinished_req(self, req: Any) -> None:
         """Insert what is computed so far and move the request's lock to the longer prefix.
@@ -258,15 +302,60 @@ class RadixCache(BasePrefixCache):
         self._protected_size -= delta
         return delta
 
+    # ---- pins --------------------------------------------------------------------------------
+    def pin(self, node: TreeNode) -> PrefixPin:
+        """Protect the path root..node from eviction while unpinned leaves remain (see PrefixPin)."""
+        pin = PrefixPin(node)
+        if node.pins is None:
+            node.pins = []
+        node.pins.append(pin)
+        self._num_pins += 1
+        while node.parent is not None:
+            node.pin_ref += 1
+            if node.pin_ref == 1 and node.evictable:
+                self._push_heap(node)  # its priority changed
+            node = node.parent
+        return pin
+
+    def unpin(self, pin: Optional[PrefixPin]) -> None:
+        """Drop a pin (the request was readmitted, finished or aborted). None is a no-op."""
+        if pin is None:
+            return
+        node, pin.node = pin.node, None
+        if node is None:
+            raise RuntimeError("unpin of a pin that was already dropped")
+        node.pins.remove(pin)
+        if not node.pins:
+            node.pins = None
+        self._num_pins -= 1
+        while node.parent is not None:
+            node.pin_ref -= 1
+            if node.pin_ref == 0 and node.evictable:
+                self._push_heap(node)
+            node = node.parent
+
+    def num_pins(self) -> int:
+        return self._num_pins
+
     # ---- eviction ----------------------------------------------------------------------------
     def evict(self, num_tokens: int) -> int:
         """Free at least num_tokens slots (if that many are evictable), least recently used
-        leaves first; a parent becomes a candidate once its last child is gone."""
+        leaves first, pinned leaves only once no unpinned one is left; a parent becomes a
+        candidate once its last child is gone. Unpinned leaves go whole; a pinned leaf loses only
+        the tail tokens still needed (page size 1), so a waiting request's retained prefix shrinks
+        by what eviction needed instead of vanishing whole."""
         freed, values = 0, []
         while freed < num_tokens and self._heap:
-            last_access, _, node = heapq.heappop(self._heap)
-            if not node.evictable or node.last_access != last_access:
+            entry = heapq.heappop(self._heap)
+            pinned, last_access, _, node = entry
+            if not node.evictable or node.last_access != last_access or (node.pin_ref > 0) != pinned:
                 continue  # stale entry
+            cut = num_tokens - freed
+            if pinned and cut < len(node.key):
+                values.append(self._cut_leaf_tail(node, cut))
+                heapq.heappush(self._heap, entry)  # still a leaf, same key: its entry stays live
+                freed += cut
+                break
             values.append(node.value)
             freed += len(node.key)
             self._delete_leaf(node)
@@ -274,11 +363,24 @@ class RadixCache(BasePrefixCache):
             self.token_to_kv_pool_allocator.free(torch.cat(values))
         return freed
 
+    def _cut_leaf_tail(self, node: TreeNode, n: int) -> torch.Tensor:
+        """Drop the last n (< len) tokens of an evictable leaf; returns their slots."""
+        keep = len(node.key) - n
+        tail = node.value[keep:]
+        node.key, node.value = node.key[:keep], node.value[:keep]
+        self._evictable_size -= n
+        return tail
+
     def _delete_leaf(self, node: TreeNode) -> None:
         parent = node.parent
         self._discard_evictable(node)
         self._evictable_size -= len(node.key)
         del parent.children[node.key_in_parent()]
+        if node.pins:  # the pins now end at the parent, whose pin_ref already counts them
+            for pin in node.pins:
+                pin.node = parent
+            parent.pins = (parent.pins or []) + node.pins
+            node.pins = None
         node.parent = None
         if parent.parent is not None and not parent.children and parent.lock_ref == 0:
             self._add_evictable(parent)
@@ -293,9 +395,9 @@ class RadixCache(BasePrefixCache):
         self._evictable_leaves.discard(node)
 
     def _push_heap(self, node: TreeNode) -> None:
-        heapq.heappush(self._heap, (node.last_access, node.id, node))
+        heapq.heappush(self._heap, heap_entry(node))
         if len(self._heap) > 2 * len(self._evictable_leaves) + 1024:
-            self._heap = [(n.last_access, n.id, n) for n in self._evictable_leaves]
+            self._heap = [heap_entry(n) for n in self._evictable_leaves]
             heapq.heapify(self._heap)
 
     def _tick(self) -> int:
@@ -332,7 +434,8 @@ class RadixCache(BasePrefixCache):
             head = node.key[:max_tokens]
             more = "..." if len(node.key) > max_tokens else ""
             salt = f" key={node.extra_key!r}" if depth == 1 and node.extra_key is not None else ""
-            lines.append(f"{'  ' * depth}[{len(node.key)}] {head}{more} lock={node.lock_ref} "
+            pin = f" pin={node.pin_ref}" if node.pin_ref else ""
+            lines.append(f"{'  ' * depth}[{len(node.key)}] {head}{more} lock={node.lock_ref}{pin} "
                          f"t={node.last_access}{' E' if node.evictable else ''}{salt}")
             stack.extend((c, depth + 1) for c in node.children.values())
         lines.append(f"evictable={self._evictable_size} protected={self._protected_size}")

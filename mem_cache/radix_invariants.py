@@ -12,9 +12,11 @@ import torch
 
 
 def check_radix_invariants(cache: Any, expect_idle: bool = True, check_slots: bool = False) -> list[str]:
-    """Structure, size and eviction-set checks; with expect_idle also the slot accounting
-    `available + evictable == total`, nothing protected, every request row free; with
+    """Structure, size, pin and eviction-set checks; with expect_idle also the slot accounting
+    `available + evictable == total`, nothing protected or pinned, every request row free; with
     check_slots every slot is owned exactly once (tree or free list)."""
+    from radixlm.mem_cache.radix_cache import heap_entry  # radix_cache imports this module
+
     errors: list[str] = []
     evictable, protected, leaves = _walk_nodes(cache, errors)
     if evictable != cache.evictable_size():
@@ -23,12 +25,15 @@ def check_radix_invariants(cache: Any, expect_idle: bool = True, check_slots: bo
         errors.append(f"protected_size {cache.protected_size()} != locked tokens in tree {protected}")
     if leaves != cache.evictable_leaves():
         errors.append(f"evictable-leaf set has {len(cache.evictable_leaves())} nodes, tree has {len(leaves)}")
-    live = {(t, i) for t, i, node in cache._heap if node.evictable and node.last_access == t}
-    missing = [n for n in leaves if (n.last_access, n.id) not in live]
+    live = {entry[:3] for entry in cache._heap if entry == heap_entry(entry[3]) and entry[3].evictable}
+    missing = [n for n in leaves if heap_entry(n)[:3] not in live]
     if missing:
         errors.append(f"{len(missing)} evictable leaves have no live heap entry, e.g. {missing[0]}")
+    errors.extend(_pin_counts(cache))
     if expect_idle:
         errors.extend(_idle_accounting(cache, evictable, protected))
+        if cache.num_pins():
+            errors.append(f"idle but {cache.num_pins()} retained prefixes are still pinned")
     if check_slots:
         errors.extend(_slot_ownership(cache, expect_idle))
     return errors
@@ -50,10 +55,11 @@ def _walk_nodes(cache: Any, errors: list[str]) -> tuple[int, int, set]:
         if n == 0 or node.value.numel() != n:
             errors.append(f"{node} has {n} tokens and {node.value.numel()} slots")
         parent = node.parent
-        if parent is not root and (node.lock_ref > parent.lock_ref or node.last_access > parent.last_access):
-            errors.append(f"{node} is locked or accessed more than its parent {parent}")
-        if node.lock_ref < 0:
-            errors.append(f"{node} has a negative lock_ref")
+        if parent is not root and (node.lock_ref > parent.lock_ref or node.last_access > parent.last_access
+                                   or node.pin_ref > parent.pin_ref):
+            errors.append(f"{node} is locked, pinned or accessed more than its parent {parent}")
+        if node.lock_ref < 0 or node.pin_ref < 0:
+            errors.append(f"{node} has a negative lock_ref or pin_ref")
         if node.lock_ref:
             protected += n
         else:
@@ -64,6 +70,22 @@ def _walk_nodes(cache: Any, errors: list[str]) -> tuple[int, int, set]:
         if should_be_leaf:
             leaves.add(node)
     return evictable, protected, leaves
+
+
+def _pin_counts(cache: Any) -> list[str]:
+    """Each node's pin_ref is the number of pins ending in its subtree; pins point back at their node."""
+    errors = []
+    below: dict[Any, int] = {}
+    for node in reversed(list(cache.iter_nodes())):  # children before parents
+        pins = node.pins or ()
+        if any(pin.node is not node for pin in pins):
+            errors.append(f"{node} holds a pin that points elsewhere")
+        below[node] = len(pins) + sum(below[c] for c in node.children.values())
+        if node.parent is not None and below[node] != node.pin_ref:
+            errors.append(f"{node}: pin_ref {node.pin_ref} but {below[node]} pins end in its subtree")
+    if below[cache.root_node] != cache.num_pins():
+        errors.append(f"{cache.num_pins()} pins handed out but {below[cache.root_node]} are in the tree")
+    return errors
 
 
 def _idle_accounting(cache: Any, evictable: int, protected: int) -> list[str]:

@@ -2,8 +2,8 @@
 running requests, retracting some of them back to the queue when decode cannot get slots.
 
 Retraction keeps prefixes: the retracted request's computed tokens are inserted into the
-radix tree before its slots are released (`cache_finished_req`), so when it is admitted
-again its own prefix is a cache hit unless eviction really needed those slots.
+radix tree before its slots are released and pinned while it waits (`KVCacheManager.retract_req`),
+so when it is admitted again its own prefix is a cache hit unless eviction really needed those slots.
 
 The new-token ratio is the share of each running request's remaining `max_new_tokens`
 that admission reserves; it decays towards its minimum each decode step and jumps back
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from radixlm.managers.forward_batch_builder import build_decode, build_extend
+from radixlm.managers.forward_batch_builder import PersistentDecodeBatch, build_extend
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
 from radixlm.managers.schedule_policy import PrefillAdder, order_queue
 from radixlm.model_executor.forward_batch import ForwardMode
@@ -28,6 +28,10 @@ logger = logging.getLogger(__name__)
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
+# SGLang's retract_decode_steps: one retraction round frees room for this many decode steps, so
+# it does not recur every few steps, each time eating the prefix it just kept before that
+# request can resume (decode takes the oldest retained prefixes first, see RadixCache pins).
+RETRACT_DECODE_STEPS = 20
 
 
 class BatchPlanner:
@@ -40,13 +44,18 @@ class BatchPlanner:
         self.new_token_ratio_decay = (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.new_token_ratio = self.init_new_token_ratio
         self.chunked_req: Optional[Req] = None
+        self.abort_pending = False  # some request got `to_abort` since the last apply_aborts
         self.chunk_size = args.chunked_prefill_size or -1
         self.vocab_size = scheduler.model_config.vocab_size
         self.device = scheduler.model_runner.device
+        self.decode_batch = PersistentDecodeBatch(self.vocab_size, self.device)
 
     # ---- aborts ------------------------------------------------------------------------------
     def apply_aborts(self) -> None:
         """Requests flagged by an AbortReq leave here: slots back, finish_reason abort."""
+        if not self.abort_pending:
+            return
+        self.abort_pending = False
         aborted = [r for r in self.s.running if r.to_abort is not None]
         if self.chunked_req is not None and self.chunked_req.to_abort is not None:
             aborted.append(self.chunked_req)
@@ -117,6 +126,8 @@ class BatchPlanner:
             req.is_chunked = int(req is self.chunked_req) if req not in decoding else 0
             offset += extend_len
         mode = ForwardMode.MIXED if decoding else ForwardMode.EXTEND
+        if decoding:  # running rows advance in this batch too; a plain extend leaves them as they are
+            self.decode_batch.invalidate()
         batch = ScheduleBatch(reqs, mode, prefix_lens, extend_lens, slots, decoding_reqs=list(decoding))
         batch.forward_batch = build_extend(batch, self.vocab_size, self.device)
         self.s.stats.num_prefill_batches += 1
@@ -127,6 +138,7 @@ class BatchPlanner:
         if row is None:
             raise RuntimeError("admitted a request without a free request row")
         req.req_pool_idx = row
+        self.kv.readmit(req)
         self.kv.write_prefix(req)
         cached = int(req.prefix_indices.numel())
         req.cached_tokens += cached
@@ -152,7 +164,7 @@ class BatchPlanner:
         if slots is None:
             raise RuntimeError(f"decode of {len(reqs)} requests could not get slots after retraction")
         batch = ScheduleBatch(reqs, ForwardMode.DECODE, out_cache_loc=slots)
-        batch.forward_batch = fb = build_decode(batch, self.vocab_size, self.device, step_offsets=step_offsets)
+        batch.forward_batch = fb = self.decode_batch.build(batch, step_offsets)
         self.kv.write_decode_slots(fb.req_pool_indices, fb.positions, slots)
         for req in reqs:
             req.kv_committed_len += 1
@@ -161,11 +173,12 @@ class BatchPlanner:
         return batch
 
     def retract_decode(self, need: int) -> None:
-        """Move running requests (most remaining work first) back to the queue until decode fits."""
+        """Move running requests (most remaining work first) back to the queue until the rest can
+        decode RETRACT_DECODE_STEPS steps; a lone request that cannot take one step is aborted."""
         s = self.s
         order = sorted(s.running, key=lambda r: (r.remaining_new_tokens(), len(r.origin_input_ids)))
         retracted: list[Req] = []
-        while order and self.kv.available_tokens() < len(order):
+        while order and self.kv.available_tokens() < len(order) * (RETRACT_DECODE_STEPS if len(order) > 1 else 1):
             if len(order) == 1:
                 req = order.pop()
                 req.finished_reason = {"type": "abort", "message": "out of KV cache memory"}
@@ -183,10 +196,7 @@ class BatchPlanner:
 
     def _retract(self, req: Req) -> None:
         released = req.kv_committed_len
-        evictable_before = self.kv.tree_cache.evictable_size()
-        self.kv.release_req(req)
-        kept = self.kv.tree_cache.evictable_size() - evictable_before
-        req.reset_kv_state()
+        kept = self.kv.retract_req(req)
         req.num_retractions += 1
         self.s.stats.retracted_tokens_released += released
         self.s.stats.retracted_tokens_kept += kept

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from radixlm.managers.io_struct import BatchStrOut, BatchTokenIDOut
+from radixlm.managers.io_struct import BatchStrOut, BatchTokenIDOut, DetokenizeParams
 
 logger = logging.getLogger(__name__)
 
@@ -123,9 +123,11 @@ class DetokenizerManager:
 
     def handle(self, out: BatchTokenIDOut) -> BatchStrOut:
         texts = []
-        for i, rid in enumerate(out.rids):
-            texts.append(self.detok.step(rid, out.new_output_ids[i], out.metas[i].finish_reason,
-                                         out.skip_special_tokens[i], out.no_stop_trim[i], out.stop_strs[i]))
+        default = DetokenizeParams()
+        for rid, new_ids, finish_reason in zip(out.rids, out.new_output_ids, out.metas.finish_reasons):
+            params = out.detokenize_params.get(rid, default)  # only in a request's first message
+            texts.append(self.detok.step(rid, new_ids, finish_reason, params.skip_special_tokens,
+                                         params.no_stop_trim, params.stop_strs))
         return BatchStrOut(rids=out.rids, new_texts=texts, new_output_ids=out.new_output_ids, metas=out.metas,
                            logprobs=out.logprobs)
 

@@ -2,7 +2,9 @@
 
 Extend rows cover `fill_ids[prefix_len : prefix_len + extend_len]`; decode rows feed the
 last output token at position `kv_committed_len`. MIXED batches lay decodes out as
-1-token extends after the prefill rows.
+1-token extends after the prefill rows. `PersistentDecodeBatch` carries a decode batch's
+tensors to the next decode of the same requests, so a steady decode step costs a few
+tensor ops instead of a rebuild over every request.
 """
 
 from __future__ import annotations
@@ -135,4 +137,69 @@ def build_decode(batch: ScheduleBatch, vocab_size: int, device: torch.device,
         sampling_info=build_sampling_info(reqs, vocab_size, device, step_offsets),
         return_logprob=batch.return_logprob(),
         top_logprobs_nums=[r.top_logprobs_num if r.return_logprob else 0 for r in reqs],
+    )
+
+
+class PersistentDecodeBatch:
+    """The last decode batch's tensors, carried over while the next decode runs the same requests.
+
+    Between two decodes of the same requests (same order; an extend of other requests may run
+    in between) every row advances by exactly one token and one KV slot, so the next
+    ForwardBatch is the previous one moved by one step: positions are the previous `seq_lens`,
+    `seq_lens + 1`, sampling `steps + 1`, and the input ids are the previous batch's sampled
+    tokens when they are in (`note_output`; the overlap loop resolves them on the forward
+    thread instead); `req_pool_indices` and the sampling parameters are reused. Updates make
+    new tensors (never in place): the batch in flight keeps its own, and nothing syncs the
+    device. Anything else (a changed membership, a MIXED batch, a batch whose sampling state
+    changes per step: grammar masks, penalties) rebuilds from the requests. Every rank sees
+    the same batches, so every rank takes the same path.
+    """
+
+    def __init__(self, vocab_size: int, device: torch.device) -> None:
+        self.vocab_size = vocab_size
+        self.device = device
+        self.reqs: Optional[list[Req]] = None
+        self.last: Optional[ForwardBatch] = None
+        self.last_tokens: Optional[torch.Tensor] = None  # what `last` sampled, once its result is in
+
+    def invalidate(self) -> None:
+        """A batch advanced some rows outside the decode (MIXED): they no longer move in lockstep."""
+        self.reqs = self.last = self.last_tokens = None
+
+    def note_output(self, forward_batch: ForwardBatch, next_token_ids: torch.Tensor) -> None:
+        """`forward_batch` sampled `next_token_ids` (on its device); kept if it is the latest decode."""
+        if forward_batch is self.last:
+            self.last_tokens = next_token_ids
+
+    def build(self, batch: ScheduleBatch, step_offsets: Optional[list[int]] = None) -> ForwardBatch:
+        """The decode ForwardBatch of `batch` (before `kv_committed_len` advances); see `build_decode`."""
+        last = self.last
+        if last is not None and batch.reqs == self.reqs and not last.sampling_info.changes_per_step():
+            fb = advance_decode(last, batch, self.device, self.last_tokens)
+        else:
+            fb = build_decode(batch, self.vocab_size, self.device, step_offsets)
+        self.reqs, self.last, self.last_tokens = batch.reqs, fb, None
+        return fb
+
+
+def advance_decode(last: ForwardBatch, batch: ScheduleBatch, device: torch.device,
+                   last_tokens: Optional[torch.Tensor] = None) -> ForwardBatch:
+    """The decode after `last` over the same requests: a few tensor ops, no per-request tensors.
+    `last_tokens` (what `last` sampled) are the input ids; without them, each row's last output id."""
+    if last_tokens is not None:
+        input_ids = last_tokens.long()  # no copy when already int64 (ForwardOutput's contract)
+    else:
+        input_ids = _i64([r.output_ids[-1] for r in batch.reqs], device)
+    return ForwardBatch(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=last.batch_size,
+        input_ids=input_ids,
+        positions=last.seq_lens,
+        req_pool_indices=last.req_pool_indices,
+        seq_lens=last.seq_lens + 1,
+        out_cache_loc=batch.out_cache_loc.to(device),
+        seq_lens_cpu=[n + 1 for n in last.seq_lens_cpu],
+        sampling_info=last.sampling_info.next_step(),
+        return_logprob=last.return_logprob,
+        top_logprobs_nums=last.top_logprobs_nums,
     )

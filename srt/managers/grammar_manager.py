@@ -31,7 +31,7 @@ def grammar_abort(message: str) -> dict:
 
 
 class GrammarManager:
-    def __init__(self, server_args: Any, tokenizer: Any, model_config: Any, eos_ids: set[int]) -> None:
+    def __init__(self, server_args: Any, tokenizer: Any, model_config: Any, eos_ids: frozenset[int]) -> None:
         self.backend = create_grammar_backend(server_args.grammar_backend, tokenizer, model_config.vocab_size,
                                               stop_token_ids=sorted(eos_ids))
         self.wait_for_all = server_args.tp_size > 1

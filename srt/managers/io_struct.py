@@ -107,16 +107,44 @@ class ReqLogprobs:
 
 
 @dataclass
+class OutputMetas:
+    """The `ReqOutputMeta` of every request in a batch message, as columns: a step with hundreds of
+    streamed requests builds and pickles five lists, not hundreds of objects. `metas[i]` is row i."""
+
+    prompt_tokens: list[int] = field(default_factory=list)
+    completion_tokens: list[int] = field(default_factory=list)
+    cached_tokens: list[int] = field(default_factory=list)
+    finish_reasons: list[Optional[dict]] = field(default_factory=list)
+    retractions: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    def __getitem__(self, i: int) -> ReqOutputMeta:
+        return ReqOutputMeta(prompt_tokens=self.prompt_tokens[i], completion_tokens=self.completion_tokens[i],
+                             cached_tokens=self.cached_tokens[i], finish_reason=self.finish_reasons[i],
+                             retractions=self.retractions[i])
+
+
+@dataclass
+class DetokenizeParams:
+    """How the detokenizer treats one request; sent once, with the request's first output message."""
+
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    stop_strs: tuple[str, ...] = ()  # for holding back a possibly partial stop string
+
+
+@dataclass
 class BatchTokenIDOut:
     """One scheduler step's output increments (only requests that have something to send)."""
 
     rids: list[str]
     new_output_ids: list[list[int]]  # ids generated since the last message for that rid
-    metas: list[ReqOutputMeta]
-    skip_special_tokens: list[bool]
-    no_stop_trim: list[bool]
-    stop_strs: list[tuple[str, ...]]  # for holding back a possibly partial stop string
+    metas: OutputMetas
     logprobs: list[Optional[ReqLogprobs]]
+    # for the rids whose first message this is (the detokenizer keeps them until the request finishes)
+    detokenize_params: dict[str, DetokenizeParams] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +154,7 @@ class BatchStrOut:
     rids: list[str]
     new_texts: list[str]
     new_output_ids: list[list[int]]
-    metas: list[ReqOutputMeta]
+    metas: OutputMetas
     logprobs: list[Optional[ReqLogprobs]]
 
 

@@ -1,9 +1,15 @@
 """The scheduler's view of KV memory: request rows, token slots, and the prefix cache.
 
 Every path that hands KV back (finish, chunk boundary, retraction, abort) goes through
-`release_req` / `cache_chunk` here, and `deferred_frees()` can hold those releases until
-the forward that still reads the slots is done (the overlap loop). The idle invariant
-`available + evictable == total`, every request row free, is checked by `check_idle`.
+`release_req` / `cache_chunk` / `retract_req` here, and `deferred_frees()` can hold those
+releases until the forward that still reads the slots is done (the overlap loop). The idle
+invariant `available + evictable == total`, every request row free, no retained prefix still
+pinned, is checked by `check_idle`.
+
+Retraction keeps what the request computed in the prefix cache and pins it
+(`cache_retracted_req`): eviction takes every unpinned leaf first, so the request usually hits
+its own prefix when it is readmitted. The pin is dropped when the request is readmitted
+(`readmit`, it then holds a lock on that prefix) or leaves the queue (`release_req`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class KVCacheManager:
         self.allocator = allocator
         self.tree_cache = tree_cache
         self._deferred: Optional[list[Callable[[], None]]] = None
+        self._retained: dict[Req, Any] = {}  # waiting retracted request -> pin on its retained prefix
         self.memory_leak = False
         self.leak_message: Optional[str] = None
 
@@ -97,12 +104,32 @@ class KVCacheManager:
             fn()
 
     def release_req(self, req: Req) -> None:
-        """Insert the request's computed tokens into the cache, free the rest and its row."""
+        """Insert the request's computed tokens into the cache, free the rest and its row. A waiting
+        request (no row) only gives back its lock and the pin a retraction left."""
+        self.tree_cache.unpin(self._retained.pop(req, None))
         if req.req_pool_idx is None:
             if req.last_node is not None:
                 self.unlock(req)
             return
         self._run_or_defer(lambda: self.tree_cache.cache_finished_req(req))
+
+    def retract_req(self, req: Req) -> int:
+        """Release a running request back to the queue, keeping what it computed cached and pinned
+        until it is readmitted. Returns how many tokens became evictable (kept, not freed).
+        Never deferred: retraction runs with no forward in flight."""
+        if self._deferred is not None:
+            raise RuntimeError("retraction while a forward still reads the request's slots")
+        evictable_before = self.tree_cache.evictable_size()
+        self.tree_cache.unpin(self._retained.pop(req, None))
+        pin = self.tree_cache.cache_retracted_req(req)
+        if pin is not None:
+            self._retained[req] = pin
+        req.reset_kv_state()
+        return self.tree_cache.evictable_size() - evictable_before
+
+    def readmit(self, req: Req) -> None:
+        """The request got a row again and holds its cached prefix locked: its pin is not needed."""
+        self.tree_cache.unpin(self._retained.pop(req, None))
 
     def cache_chunk(self, req: Req) -> None:
         """Between prefill chunks: insert what is computed so far and re-lock the longer prefix."""
@@ -125,6 +152,8 @@ class KVCacheManager:
         protected = self.tree_cache.protected_size()
         rows_free = self.req_to_token_pool.available_size()
         problems = list(self.tree_cache.check_invariants(expect_idle=True))
+        if self._retained:
+            problems.append(f"{len(self._retained)} retracted requests still hold a pin but none waits")
         if not (available + evictable == self.total_tokens and protected == 0
                 and rows_free == self.req_to_token_pool.size):
             problems.insert(0, f"available={available} evictable={evictable} protected={protected} "

@@ -7,9 +7,11 @@ are placeholders `(row in N)`, resolved on the forward thread from N's output te
 KV releases made while N+1 is in flight are deferred (`KVCacheManager.deferred_frees`)
 until N+1 is done, since it still reads those rows and slots.
 
-The lag is used only between decode batches with nothing waiting and no memory pressure;
-any other step (prefill, chunk, retraction, abort, control) first drains the in-flight
-batch, so the plain loop's logic applies unchanged and greedy outputs are identical.
+The lag is used only between decode batches with no memory pressure, and with nothing
+waiting or a waiting queue that failed admission at the last drained step (re-tried as soon
+as a request arrives, finishes, aborts or is retracted, and every ADMISSION_RETRY_STEPS
+steps); any other step (prefill, chunk, retraction, abort, control) first drains the
+in-flight batch, so the plain loop's logic applies to it unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from radixlm.model_executor.forward_batch import ForwardMode
 
 if TYPE_CHECKING:
     from radixlm.managers.scheduler import Scheduler
+
+
+ADMISSION_RETRY_STEPS = 8  # while the waiting queue is blocked, drain and retry admission this often
 
 
 @dataclass
@@ -50,7 +55,8 @@ class ForwardThread:
         self.thread = threading.Thread(target=self._run, name="forward-thread", daemon=True)
         self.thread.start()
 
-    def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, torch.Tensor, torch.Tensor]]) -> Future:
+    def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, Any, Any]]) -> Future:
+        """`resolve` = (previous batch's future, dst rows, src rows): index tensors, or slices for all rows."""
         fut: Future = Future()
         ready = None
         if self.stream is not None:  # the batch's inputs were made on the scheduler's stream
@@ -83,6 +89,9 @@ class OverlapLoop:
         self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device)
         self.in_flight: Optional[InFlight] = None
         self.pending: dict[int, int] = {}  # id(req) -> its row in the in-flight decode batch
+        self.lag_checked: list[Req] = []  # running requests last found free of grammar and penalty rows
+        self.blocked_at: Optional[tuple[int, ...]] = None  # _admission_signature() when admission last failed
+        self.lagged_steps = 0
 
     def run(self) -> None:
         s = self.s
@@ -90,7 +99,9 @@ class OverlapLoop:
             s.process_input_requests(s.io.recv_requests(block=s.is_idle()))
             if self.in_flight is not None and not self._can_lag():
                 self.drain()
+            tried_admission = self.in_flight is None
             batch, resolve = self._next_batch()
+            self._note_admission(tried_admission, batch)
             launched = None
             if batch is not None:
                 s.idle_checked = False
@@ -106,33 +117,73 @@ class OverlapLoop:
 
     def _can_lag(self) -> bool:
         s = self.s
-        if self.in_flight.batch.forward_mode != ForwardMode.DECODE or s.waiting_queue or s.planner.chunked_req:
+        if self.in_flight.batch.forward_mode != ForwardMode.DECODE or s.planner.chunked_req:
+            return False
+        if s.waiting_queue and not self._admission_blocked():
             return False
         # A constrained row's mask for batch N+1 needs batch N's token accepted by its matcher,
         # so batches with a grammar resolve the in-flight batch first (they lose the overlap;
         # unconstrained batches keep it). Cost: benchmark/RESULTS.md, "constrained decoding".
-        if any(r.to_abort is not None or r.grammar is not None or _uses_penalties(r) for r in s.running):
+        if s.planner.abort_pending or self._rows_need_current_tokens():
             return False
         return s.kv.available_tokens() >= 2 * len(s.running)
+
+    def _admission_signature(self) -> tuple[int, ...]:
+        """Counters that move when admission could newly succeed: arrivals, finishes (slots and
+        request rows freed), aborts and retractions."""
+        st = self.s.stats
+        return st.num_requests, st.num_finished, st.num_aborted, st.num_retractions
+
+    def _admission_blocked(self) -> bool:
+        """The waiting queue could not be admitted at the last step that tried (a drained one), and
+        nothing that frees memory or adds requests has happened since: decode keeps the overlap
+        instead of draining every step to fail again. As the new-token ratio decays the reserve
+        shrinks, so admission is still retried every ADMISSION_RETRY_STEPS steps. Decided from the
+        scheduler's own counters, so every tensor-parallel rank decides the same."""
+        if self.blocked_at != self._admission_signature():
+            return False
+        self.lagged_steps += 1
+        return self.lagged_steps % ADMISSION_RETRY_STEPS != 0
+
+    def _note_admission(self, tried: bool, batch: Optional[ScheduleBatch]) -> None:
+        """After a step that tried the waiting queue: remember a failed admission (a decode ran instead)."""
+        if not tried:
+            return
+        failed = batch is not None and batch.forward_mode == ForwardMode.DECODE and bool(self.s.waiting_queue)
+        self.blocked_at = self._admission_signature() if failed else None
+        self.lagged_steps = 0
+
+    def _rows_need_current_tokens(self) -> bool:
+        """Grammar or penalty rows (their sampling state needs every token so far); scanned once per
+        set of running requests, which changes far less often than every step."""
+        running = self.s.running
+        if running == self.lag_checked:
+            return False
+        if any(r.grammar is not None or _uses_penalties(r) for r in running):
+            return True
+        self.lag_checked = list(running)  # a copy: `running` is extended in place
+        return False
 
     def _next_batch(self) -> tuple[Optional[ScheduleBatch], Optional[tuple]]:
         if self.in_flight is None:
             return self.s.get_next_batch_to_run(), None
-        reqs = [r for r in self.s.running if not self._done_after_in_flight(r)]
+        pending = self.pending
+        # still running once the in-flight token lands (length); stop-token finishes cost one extra step
+        reqs = [r for r in self.s.running
+                if len(r.output_ids) + (id(r) in pending) < r.sampling_params.max_new_tokens]
         if not reqs:
             return None, None
-        batch = self.s.planner.get_decode_batch(reqs, step_offsets=[int(id(r) in self.pending) for r in reqs])
-        dst = [i for i, r in enumerate(reqs) if id(r) in self.pending]
-        src = [self.pending[id(reqs[i])] for i in dst]
+        flight_reqs = self.in_flight.batch.reqs
+        if reqs == flight_reqs:  # the steady case: every row waits on its own row of the batch in flight
+            batch = self.s.planner.get_decode_batch(reqs, step_offsets=[1] * len(reqs))
+            return batch, (self.in_flight.future, slice(None), slice(None))
+        batch = self.s.planner.get_decode_batch(reqs, step_offsets=[int(id(r) in pending) for r in reqs])
+        dst = [i for i, r in enumerate(reqs) if id(r) in pending]
+        src = [pending[id(reqs[i])] for i in dst]
         device = batch.forward_batch.input_ids.device
         resolve = (self.in_flight.future, torch.tensor(dst, dtype=torch.int64, device=device),
                    torch.tensor(src, dtype=torch.int64, device=device)) if dst else None
         return batch, resolve
-
-    def _done_after_in_flight(self, req: Req) -> bool:
-        """Known finished once the in-flight token lands (length); stop-token finishes cost one extra step."""
-        lag = int(id(req) in self.pending)
-        return len(req.output_ids) + lag >= req.sampling_params.max_new_tokens
 
     def _process(self, flight: InFlight, keep_deferred_for: Optional[InFlight]) -> None:
         result = flight.future.result()

@@ -20,6 +20,15 @@ _EMPTY = torch.empty(0, dtype=torch.int64)
 
 
 class Req:
+    # Slots: the decode loops touch every running request each step; fixed attributes keep that
+    # cheap (no per-object dict) and catch misspelled fields.
+    __slots__ = ("rid", "origin_input_ids", "output_ids", "sampling_params", "seed", "stream", "return_logprob",
+                 "logprob_start_len", "top_logprobs_num", "extra_key", "req_pool_idx", "kv_committed_len",
+                 "prefix_indices", "last_node", "fill_ids", "extend_input_len", "is_chunked", "finished_reason",
+                 "finish_check_len", "finish_check_tokens", "to_abort", "cached_tokens", "cached_tokens_set",
+                 "num_retractions", "input_logprobs_done", "grammar_key", "grammar", "sent_output_len",
+                 "pending_logprobs")
+
     def __init__(self, rid: str, input_ids: list[int], sampling_params: SamplingParams, seed: int,
                  stream: bool = False, return_logprob: bool = False, logprob_start_len: int = -1,
                  top_logprobs_num: int = 0, extra_key: Optional[str] = None) -> None:
@@ -46,6 +55,10 @@ class Req:
         self.is_chunked = 0  # > 0 while a chunk of its prefill is still to come
 
         self.finished_reason: Optional[dict] = None
+        # The decode loop's shortcut (SchedulerOutput): the next full finish check is due at this
+        # many output tokens, or sooner on one of these tokens; 0 = check every token
+        self.finish_check_len = 0
+        self.finish_check_tokens: frozenset[int] = frozenset()
         self.to_abort: Optional[str] = None  # abort message, applied at the next step
         self.cached_tokens = 0
         self.cached_tokens_set = False

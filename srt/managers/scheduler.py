@@ -12,6 +12,10 @@ ranks), `KVCacheManager` (rows, slots, prefix cache), `PrefillAdder` + policies
 `SchedulerOutput` (results -> detokenizer) and `GrammarManager` (constrained requests wait
 in its queue until their grammar is compiled). Every rank runs the same code over the same
 ordered inputs, so all ranks reach the same batches on their own.
+
+A decode step of unchanged requests costs a few tensor ops plus one append per request:
+`PersistentDecodeBatch` advances the previous decode batch's tensors instead of rebuilding
+them, and `SteadyDecode` skips the per-request finish checks when no token can finish one.
 """
 
 from __future__ import annotations
@@ -198,8 +202,7 @@ class Scheduler:
         for req in self.waiting_queue:
             if msg.abort_all or req.rid == msg.rid:
                 req.finished_reason = {"type": "abort", "message": message}
-                if req.last_node is not None:
-                    self.kv.unlock(req)
+                self.kv.release_req(req)  # a waiting request: its lock, or a retraction's pin
                 self.output.send([req])
             else:
                 keep.append(req)
@@ -213,6 +216,8 @@ class Scheduler:
         for req in self.running + chunked + in_flight:  # in flight: a prefill not yet joined to running
             if (msg.abort_all or req.rid == msg.rid) and not req.finished():
                 req.to_abort = message  # leaves the batch at the next step (see BatchPlanner)
+                self.planner.abort_pending = True
+                self.output.steady = None  # the decode fast path must not append its token
 
     def flush_cache(self) -> bool:
         if not self.is_idle():
@@ -248,6 +253,8 @@ class Scheduler:
         return GenerationBatchResult(out, time.perf_counter() - start, start_host_copy(out))
 
     def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
+        # the next decode of the same rows takes these tokens as its input ids, still on the device
+        self.planner.decode_batch.note_output(batch.forward_batch, result.forward_output.next_token_ids)
         # a new result object: the forward thread may still read the device tensors (placeholders)
         result = dataclasses.replace(result, forward_output=finish_host_copy(result.forward_output,
                                                                                result.host_copy_event))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from radixlm.managers.io_struct import BatchTokenIDOut, ReqLogprobs, ReqOutputMeta
+from radixlm.managers.io_struct import BatchTokenIDOut, DetokenizeParams, OutputMetas, ReqLogprobs
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
+from radixlm.managers.steady_decode import SteadyDecode
 
 if TYPE_CHECKING:
     from radixlm.managers.scheduler import GenerationBatchResult, Scheduler
@@ -23,25 +24,79 @@ class SchedulerOutput:
         self.s = scheduler
         self.kv = scheduler.kv
         tokenizer_eos = getattr(scheduler.tokenizer, "eos_token_id", None)
-        self.eos_ids = set(scheduler.model_config.eos_token_ids or ())
+        eos_ids = set(scheduler.model_config.eos_token_ids or ())
         if tokenizer_eos is not None:
-            self.eos_ids.add(int(tokenizer_eos))
+            eos_ids.add(int(tokenizer_eos))
+        self.eos_ids = frozenset(eos_ids)
         self.stream_interval = scheduler.server_args.stream_interval
+        self.steady: Optional[SteadyDecode] = None  # the decode fast path (see steady_decode.py)
 
     # ---- results -----------------------------------------------------------------------------
     def process(self, batch: ScheduleBatch, result: "GenerationBatchResult") -> None:
         out = result.forward_output
         next_ids = out.next_token_ids.tolist()
         self.s.stats.forward_time_s += result.forward_time_s
-        logprobs = _LogprobView(out, batch) if batch.return_logprob() else None
+        self.s.stats.record_batch(not batch.forward_mode.is_extend(), len(batch.reqs), sum(batch.extend_lens or ()))
+        logprobs = _LogprobView(out, batch) if batch.forward_batch.return_logprob else None
+        if batch.forward_mode.is_decode():
+            if logprobs is None and self._append_steady(batch.reqs, next_ids):
+                self.s.stats.record_generated(len(batch.reqs))
+                return
+            done, new_running, to_send = self._process_decode(batch.reqs, next_ids, logprobs)
+            self.s.stats.record_generated(len(batch.reqs))  # every decode row has output and is not chunked
+        else:
+            if batch.decoding_reqs:
+                self.steady = None  # MIXED: running rows gain tokens here
+            done, new_running, to_send = self._process_extend(batch, next_ids, logprobs)
+            self.s.stats.record_generated(sum(1 for r in batch.reqs if r.output_ids and not r.is_chunked))
+        if done or new_running:
+            self._update_running(done, new_running)
+        for req in done:
+            self.kv.release_req(req)
+        self.send(to_send)
+
+    def _append_steady(self, reqs: list[Req], next_ids: list[int]) -> bool:
+        """The fast path: True if this step only appended tokens (nothing finished, nothing to send)."""
+        if self.steady is None or reqs != self.steady.reqs:
+            self.steady = SteadyDecode.plan(reqs)
+        if self.steady is not None and self.steady.try_append(reqs, next_ids):
+            return True
+        self.steady = None  # the full loop changes what the plan assumed: plan again next step
+        return False
+
+    def _process_decode(self, reqs: list[Req], next_ids: list[int],
+                        logprobs: Optional["_LogprobView"]) -> tuple[list[Req], list[Req], list[Req]]:
+        """The per-row loop (one token per row): a full finish check only where one can fire (`check_finished`)."""
+        done: list[Req] = []
+        to_send: list[Req] = []
+        for i, (req, token) in enumerate(zip(reqs, next_ids)):
+            if req.finished_reason is not None:
+                continue  # overlap: it finished in the previous batch; this token is dropped
+            if req.to_abort is not None:
+                req.finished_reason = {"type": "abort", "message": req.to_abort}
+            else:
+                output_ids = req.output_ids
+                output_ids.append(token)
+                if logprobs is not None and req.return_logprob:
+                    logprobs.add_output(req, i, token)
+                if len(output_ids) >= req.finish_check_len or token in req.finish_check_tokens:
+                    self.check_finished(req)
+            if req.finished_reason is not None:
+                done.append(req)
+                to_send.append(req)
+            elif req.stream and self._should_send(req):
+                to_send.append(req)
+        return done, [], to_send
+
+    def _process_extend(self, batch: ScheduleBatch, next_ids: list[int],
+                        logprobs: Optional["_LogprobView"]) -> tuple[list[Req], list[Req], list[Req]]:
         done: list[Req] = []
         still_running: list[Req] = []
-        is_extend = batch.forward_mode.is_extend()
         decoding = {id(r) for r in batch.decoding_reqs}  # a set: MIXED batches can hold hundreds
         for i, req in enumerate(batch.reqs):
             if req.finished():
                 continue  # overlap: it finished in the previous batch; this token is dropped
-            if is_extend and id(req) not in decoding:
+            if id(req) not in decoding:
                 if logprobs is not None and req.wants_input_logprobs():
                     logprobs.add_input(req, i, batch.prefix_lens[i], batch.extend_lens[i])
                 if req.is_chunked:
@@ -63,13 +118,11 @@ class SchedulerOutput:
                 self.check_finished(req)
             if req.finished():
                 done.append(req)
-        self.s.stats.record_generated(sum(1 for r in batch.reqs if r.output_ids and not r.is_chunked))
-        self._update_running(batch, done, still_running)
-        for req in done:
-            self.kv.release_req(req)
-        self.send([r for r in batch.reqs if self._should_send(r) and (not r.finished() or r in done)])
+        done_ids = {id(r) for r in done}
+        to_send = [r for r in batch.reqs if self._should_send(r) and (not r.finished() or id(r) in done_ids)]
+        return done, still_running, to_send
 
-    def _update_running(self, batch: ScheduleBatch, done: list[Req], new_running: list[Req]) -> None:
+    def _update_running(self, done: list[Req], new_running: list[Req]) -> None:
         done_ids = {id(r) for r in done}
         running_ids = {id(r) for r in self.s.running}
         self.s.running = [r for r in self.s.running if id(r) not in done_ids]
@@ -82,7 +135,10 @@ class SchedulerOutput:
             return
         if len(out) >= params.max_new_tokens:
             req.finished_reason = {"type": "length", "length": params.max_new_tokens}
-        if req.finished_reason is not None or len(out) < params.min_new_tokens:
+        if req.finished_reason is not None:
+            return
+        self._arm_finish_check(req)
+        if len(out) < params.min_new_tokens:
             return
         last = out[-1]
         if (not params.ignore_eos and last in self.eos_ids) or last in (params.stop_token_ids or ()):
@@ -98,6 +154,19 @@ class SchedulerOutput:
                     return
         if req.seqlen >= self.s.model_config.context_len:
             req.finished_reason = {"type": "length", "length": len(out)}
+
+    def _arm_finish_check(self, req: Req) -> None:
+        """Set when the decode loop must call `check_finished` again: at `finish_check_len` tokens
+        (max_new_tokens or the context length, whichever comes first) or on a token in
+        `finish_check_tokens` (EOS unless ignored, stop_token_ids). Grammars and stop strings can
+        finish on any token, so those requests are checked on every token."""
+        params = req.sampling_params
+        if req.grammar is not None or (params.stop and params.stop_strs):
+            req.finish_check_len = 0
+            return
+        req.finish_check_len = min(params.max_new_tokens, self.s.model_config.context_len - len(req.origin_input_ids))
+        eos = frozenset() if params.ignore_eos else self.eos_ids
+        req.finish_check_tokens = eos.union(params.stop_token_ids or ())
 
     @staticmethod
     def advance_grammar(req: Req, token: int) -> bool:
@@ -122,25 +191,30 @@ class SchedulerOutput:
         return pending >= self.stream_interval or (pending > 0 and req.sent_output_len == 0)
 
     def send(self, reqs: list[Req]) -> None:
+        """One message for the step: columns of plain values, no per-request objects (cheap to pickle)."""
         if not reqs:
             return
-        new_ids, metas, logprobs = [], [], []
+        rids, new_ids, logprobs, metas, params = [], [], [], OutputMetas(), {}
         for req in reqs:
-            new_ids.append(req.output_ids[req.sent_output_len:])
-            req.sent_output_len = len(req.output_ids)
-            metas.append(ReqOutputMeta(prompt_tokens=len(req.origin_input_ids),
-                                       completion_tokens=len(req.output_ids), cached_tokens=req.cached_tokens,
-                                       finish_reason=req.finished_reason, retractions=req.num_retractions))
+            output_ids = req.output_ids
+            if req.sent_output_len == 0:  # its first message (every later one carries new tokens or is final)
+                p = req.sampling_params
+                params[req.rid] = DetokenizeParams(p.skip_special_tokens, p.no_stop_trim, p.stop_strs)
+            rids.append(req.rid)
+            new_ids.append(output_ids[req.sent_output_len:])
+            req.sent_output_len = len(output_ids)
+            metas.prompt_tokens.append(len(req.origin_input_ids))
+            metas.completion_tokens.append(len(output_ids))
+            metas.cached_tokens.append(req.cached_tokens)
+            metas.finish_reasons.append(req.finished_reason)
+            metas.retractions.append(req.num_retractions)
             logprobs.append(req.pending_logprobs)
             req.pending_logprobs = None
-            if req.finished():
+            if req.finished_reason is not None:
                 self.s.stats.num_finished += 1
                 self.s.stats.num_aborted += req.finished_reason.get("type") == "abort"
-        self.s.io.send_to_detokenizer(BatchTokenIDOut(
-            rids=[r.rid for r in reqs], new_output_ids=new_ids, metas=metas,
-            skip_special_tokens=[r.sampling_params.skip_special_tokens for r in reqs],
-            no_stop_trim=[r.sampling_params.no_stop_trim for r in reqs],
-            stop_strs=[r.sampling_params.stop_strs for r in reqs], logprobs=logprobs))
+        self.s.io.send_to_detokenizer(BatchTokenIDOut(rids=rids, new_output_ids=new_ids, metas=metas,
+                                                      logprobs=logprobs, detokenize_params=params))
 
 
 class _LogprobView:

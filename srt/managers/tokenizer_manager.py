@@ -125,9 +125,10 @@ class TokenizerManager:
             state = self.rid_to_state.get(rid)
             if state is None:
                 continue
-            state.add_increment(out.new_texts[i], out.new_output_ids[i], out.metas[i], out.logprobs[i])
+            meta = out.metas[i]
+            state.add_increment(out.new_texts[i], out.new_output_ids[i], meta, out.logprobs[i])
             if self.metrics_collector is not None:
-                state.observe_metrics(self.metrics_collector, out.metas[i])
+                state.observe_metrics(self.metrics_collector, meta)
 
     def _fail_all(self, reason: str) -> None:
         for state in self.rid_to_state.values():

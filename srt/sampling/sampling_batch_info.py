@@ -9,6 +9,7 @@ on every tensor-parallel rank without broadcasting tokens.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,3 +40,13 @@ class SamplingBatchInfo:
     # Structured output, the fast form: xgrammar's bit-packed int32 [bs, ceil(vocab / 32)]
     # (all-ones rows for unconstrained requests), applied in place by the sampler; or None
     vocab_bitmask: Optional[torch.Tensor] = None
+
+    def changes_per_step(self) -> bool:
+        """True when more than `steps` depends on the tokens so far (grammar masks, penalty counts)."""
+        return self.vocab_bitmask is not None or self.vocab_mask is not None or self.output_token_counts is not None
+
+    def next_step(self) -> "SamplingBatchInfo":
+        """The same rows one token later; a new object, so a batch in flight keeps its own `steps`."""
+        info = copy.copy(self)
+        info.steps = self.steps + 1
+        return info

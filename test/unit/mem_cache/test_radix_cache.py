@@ -112,6 +112,21 @@ def test_evict_lru_order_among_leaves() -> None:
     assert_healthy(cache)
 
 
+def test_evict_cuts_only_the_tail_it_needs_from_a_pinned_leaf() -> None:
+    cache = new_cache(size=64)
+    alloc = cache.token_to_kv_pool_allocator
+    _, slots = put(cache, list(range(10)))
+    pin = cache.pin(cache.match_prefix(list(range(10))).last_node)
+    assert cache.evict(4) == 4 and alloc.available_size() == 64 - 6
+    match = cache.match_prefix(list(range(10)))
+    assert match.device_indices.tolist() == slots[:6].tolist()  # the head is still shared exactly
+    assert cache.evictable_leaves() == {match.last_node} and pin.node is match.last_node
+    assert_healthy(cache, idle=False)
+    cache.unpin(pin)
+    assert cache.evict(1) == 6  # unpinned: whole leaves, as before
+    assert_healthy(cache)
+
+
 def test_parent_joins_evictable_set_only_after_last_child() -> None:
     cache = new_cache()
     put(cache, [1, 2, 3])
@@ -150,6 +165,40 @@ def test_cache_finished_req_keeps_prompt_and_outputs() -> None:
     cache.cache_finished_req(req)
     assert req.req_pool_idx is None and req.last_node is None
     assert cache.match_prefix(list(range(10, 30)) + [7, 8, 9]).device_indices.numel() == 22
+    assert_healthy(cache)
+
+
+def test_retracted_prefix_is_evicted_after_every_unpinned_leaf() -> None:
+    cache = new_cache(size=64)
+    retracted = SimpleReq(list(range(100, 120)))
+    prefill(cache, retracted)
+    pin = cache.cache_retracted_req(retracted)  # kept and pinned; the request waits
+    assert retracted.req_pool_idx is None and cache.num_pins() == 1
+    finished = SimpleReq(list(range(200, 220)))
+    prefill(cache, finished)
+    cache.cache_finished_req(finished)  # newer than the retracted prefix: plain LRU would keep it
+    assert cache.evict(25) == 25  # all 20 unpinned tokens, then only the pinned prefix's tail
+    assert cache.match_prefix(list(range(200, 220))).device_indices.numel() == 0
+    assert cache.match_prefix(list(range(100, 120))).device_indices.numel() == 15
+    assert_healthy(cache, idle=False)
+    cache.evict(1000)  # pinned leaves still go when nothing else is left: no deadlock
+    assert cache.total_size() == 0 and pin.node is cache.root_node  # the pin moved up as its path went
+    cache.unpin(pin)
+    assert cache.num_pins() == 0
+    assert_healthy(cache)
+
+
+def test_pin_dropped_makes_the_prefix_plain_lru_again() -> None:
+    cache = new_cache(size=64)
+    a, b = SimpleReq([1] * 10), SimpleReq([2] * 10)
+    prefill(cache, a)
+    pin = cache.cache_retracted_req(a)
+    prefill(cache, b)
+    cache.cache_finished_req(b)
+    cache.unpin(pin)  # readmitted, finished or aborted
+    assert cache.evict(10) == 10
+    assert cache.match_prefix([1] * 10).device_indices.numel() == 0  # the older one went first
+    assert cache.match_prefix([2] * 10).device_indices.numel() == 10
     assert_healthy(cache)
 
 

@@ -1,8 +1,10 @@
-"""Property tests: random insert / match / lock / unlock / evict sequences on a RadixCache.
+"""Property tests: random insert / match / lock / unlock / pin / unpin / evict sequences on a RadixCache.
 
 A shadow dict maps every cached prefix (extra_key, tokens[:i+1]) to the slot of its last
 token; the tree must agree with it after every step. Eviction is checked against a
-reference that replays leaf-first LRU on a snapshot of the tree taken just before.
+reference that replays leaf-first LRU, unpinned leaves before pinned ones, on a snapshot of
+the tree taken just before (a pinned leaf loses only the tail tokens still needed).
+Pins (a retracted request's retained prefix) are counted independently of the tree.
 """
 
 from __future__ import annotations
@@ -17,28 +19,31 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
 from radixlm.mem_cache.memory_pool import ReqToTokenPool
-from radixlm.mem_cache.radix_cache import RadixCache, TreeNode
+from radixlm.mem_cache.radix_cache import PrefixPin, RadixCache, TreeNode
 
 SIZE = 48
 token_seqs = st.lists(st.integers(0, 3), min_size=0, max_size=10)
 extra_keys = st.sampled_from([None, None, "salt"])
 
 
-def expected_evictions(cache: RadixCache, num_tokens: int) -> list[TreeNode]:
-    """Replay leaf-first LRU (ties by node id) on the current tree without touching it."""
+def expected_evictions(cache: RadixCache, num_tokens: int) -> list[tuple[TreeNode, int]]:
+    """Replay leaf-first eviction on the current tree without touching it: (node, tokens taken)
+    in order. Unpinned leaves before pinned ones, then LRU, ties by node id; unpinned leaves
+    go whole, the last pinned one may lose only its tail."""
     children = {n: len(n.children) for n in cache.iter_nodes()}
-    heap = [(n.last_access, n.id, n) for n in children
-            if n.parent is not None and n.lock_ref == 0 and not n.children]
+    order = lambda n: (n.pin_ref > 0, n.last_access, n.id, n)  # noqa: E731
+    heap = [order(n) for n in children if n.parent is not None and n.lock_ref == 0 and not n.children]
     heapq.heapify(heap)
     out, freed = [], 0
     while heap and freed < num_tokens:
-        _, _, node = heapq.heappop(heap)
-        out.append(node)
-        freed += len(node.key)
+        node = heapq.heappop(heap)[-1]
+        take = min(len(node.key), num_tokens - freed) if node.pin_ref else len(node.key)
+        out.append((node, take))
+        freed += take
         parent = node.parent
         children[parent] -= 1
-        if parent.parent is not None and children[parent] == 0 and parent.lock_ref == 0:
-            heapq.heappush(heap, (parent.last_access, parent.id, parent))
+        if take == len(node.key) and parent.parent is not None and children[parent] == 0 and parent.lock_ref == 0:
+            heapq.heappush(heap, order(parent))
     return out
 
 
@@ -49,6 +54,7 @@ class RadixMachine(RuleBasedStateMachine):
         self.cache = RadixCache(ReqToTokenPool(2, 16), self.alloc)
         self.shadow: dict[tuple, int] = {}
         self.locks: list[TreeNode] = []
+        self.pins: list[tuple[PrefixPin, list[int]]] = []  # with the path the pin was taken on
 
     def shadow_prefix(self, tokens: list[int], extra_key: Optional[str]) -> list[int]:
         slots = []
@@ -95,16 +101,38 @@ class RadixMachine(RuleBasedStateMachine):
         i = data.draw(st.integers(0, len(self.locks) - 1))
         self.cache.dec_lock_ref(self.locks.pop(i))
 
+    @rule(tokens=token_seqs, extra_key=extra_keys)
+    def retract(self, tokens: list[int], extra_key: Optional[str]) -> None:
+        """A retraction: what the request computed is inserted and pinned where it ends."""
+        self.insert(tokens, extra_key)
+        node = self.cache.match_prefix(tokens, extra_key).last_node
+        self.pins.append((self.cache.pin(node), self.path(node)))
+
+    @precondition(lambda self: self.pins)
+    @rule(data=st.data())
+    def unpin(self, data: st.DataObject) -> None:
+        """The request was readmitted, finished or aborted."""
+        pin, _ = self.pins.pop(data.draw(st.integers(0, len(self.pins) - 1)))
+        self.cache.unpin(pin)
+        assert pin.node is None
+
     @rule(num_tokens=st.integers(1, SIZE))
     def evict(self, num_tokens: int) -> None:
         expected = expected_evictions(self.cache, num_tokens)
-        for node in expected:
-            assert not node.children or all(c in expected for c in node.children.values())
+        whole = [n for n, take in expected if take == len(n.key)]
+        for node, take in expected:
+            assert not node.children or all(c in whole for c in node.children.values())
             assert node.lock_ref == 0
-        available = self.alloc.available_size()
+        pinned_taken = any(n.pin_ref for n, _ in expected)
+        cut = [(n, len(n.key) - take) for n, take in expected if take < len(n.key)]
+        available, evictable = self.alloc.available_size(), self.cache.evictable_size()
         freed = self.cache.evict(num_tokens)
-        assert freed == sum(len(n.key) for n in expected)
-        assert all(n.parent is None for n in expected)  # detached: exactly these went
+        assert freed == sum(take for _, take in expected)
+        assert freed >= num_tokens or freed == evictable
+        assert all(n.parent is None for n in whole)  # detached: exactly these went
+        assert all(n.parent is not None and len(n.key) == left for n, left in cut)  # and this tail
+        if pinned_taken:  # a protected leaf goes only when no unprotected one is left
+            assert all(leaf.pin_ref for leaf in self.cache.evictable_leaves())
         assert self.alloc.available_size() == available + freed
         remaining = self.tree_shadow()
         assert all(self.shadow[k] == v for k, v in remaining.items())
@@ -132,19 +160,35 @@ class RadixMachine(RuleBasedStateMachine):
 
     @invariant()
     def consistent(self) -> None:
-        assert self.cache.check_invariants(expect_idle=not self.locks, check_slots=True) == []
+        idle = not self.locks and not self.pins
+        assert self.cache.check_invariants(expect_idle=idle, check_slots=True) == []
         assert self.alloc.available_size() + self.cache.total_size() == SIZE
         assert self.cache.total_size() == len(self.shadow)
         assert self.tree_shadow() == self.shadow
-        held: dict[TreeNode, int] = {}
         for node in self.locks:
             assert node.parent is not None or node is self.cache.root_node  # still attached
+        self.refs_count_paths("lock_ref", self.locks)
+        self.pins_consistent()
+
+    def pins_consistent(self) -> None:
+        """Each pin ends on an attached node on its original path (higher up after evictions)."""
+        assert self.cache.num_pins() == len(self.pins)
+        for pin, path in self.pins:
+            node = pin.node
+            assert node is self.cache.root_node or node.parent.children.get(node.key_in_parent()) is node
+            assert path[:len(self.path(node))] == self.path(node)
+        self.refs_count_paths("pin_ref", [pin.node for pin, _ in self.pins])
+
+    def refs_count_paths(self, attr: str, ends: list[TreeNode]) -> None:
+        """Each node's `attr` (lock_ref, pin_ref) is the number of paths root..end passing through it."""
+        through: dict[TreeNode, int] = {}
+        for node in ends:
             while node.parent is not None:
-                held[node] = held.get(node, 0) + 1
+                through[node] = through.get(node, 0) + 1
                 node = node.parent
         for node in self.cache.iter_nodes():
             if node.parent is not None:
-                assert node.lock_ref == held.get(node, 0)
+                assert getattr(node, attr) == through.get(node, 0), (attr, node)
 
 
 TestRadixProperties = RadixMachine.TestCase
