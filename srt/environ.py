@@ -41,6 +41,7 @@ def set_default_nccl_env() -> None:
 
 
 def decode_multi_request() -> bool:
-    """Large decode batches use the several-requests-per-program attention kernel (shared-prefix
-    blocks loaded once); RADIXLM_DECODE_MULTI=0 keeps one request per program."""
-    return _get("DECODE_MULTI", "1") != "0"
+    """RADIXLM_DECODE_MULTI=1: large decode batches use the several-requests-per-program attention
+    kernel (shared-prefix blocks loaded once). Off by default: on the H200 it was 1.13x faster on a
+    shared-prefix batch but 0.45-0.67x on unshared ones (benchmark/RESULTS.md)."""
+    return _get("DECODE_MULTI", "0") == "1"
