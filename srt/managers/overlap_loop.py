@@ -107,6 +107,9 @@ class OverlapLoop:
                 s.idle_checked = False
                 s.tp_guard.check(batch)  # before launch: every rank about to run the same batch
                 launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve))
+                if self.in_flight is not None:
+                    s.stats.overlapped_steps += 1
+                    s.stats.overlapped_steps_with_queue += bool(s.waiting_queue)
             if self.in_flight is not None:
                 self._process(self.in_flight, keep_deferred_for=launched)
             self.in_flight = launched

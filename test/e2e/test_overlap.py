@@ -73,6 +73,9 @@ def test_greedy_outputs_match_across_configs(engine: tuple[str, radixlm.Engine])
     assert [len(g) for g in got] == MAX_NEW
     results.setdefault(name, {})["outputs"] = got
     assert got == results["overlap-fcfs"]["outputs"], f"{name} differs from the overlap/fcfs reference"
+    if name == "overlap-fcfs":  # 8 requests, 3 may run: decode keeps the overlap while the rest wait
+        info = eng.get_server_info()
+        assert info["overlapped_steps_with_queue"] > 0 and info["overlapped_steps"] > 0, info
 
 
 def test_policy_hit_rate_on_shuffled_shared_prefixes(engine: tuple[str, radixlm.Engine]) -> None:
