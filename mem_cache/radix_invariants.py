@@ -15,7 +15,7 @@ def check_radix_invariants(cache: Any, expect_idle: bool = True, check_slots: bo
     """Structure, size, pin and eviction-set checks; with expect_idle also the slot accounting
     `available + evictable == total`, nothing protected or pinned, every request row free; with
     check_slots every slot is owned exactly once (tree or free list)."""
-    from radixlm.mem_cache.radix_cache import heap_entry  # radix_cache imports this module
+    from radixlm.mem_cache.radix_node import heap_entry
 
     errors: list[str] = []
     evictable, protected, leaves = _walk_nodes(cache, errors)

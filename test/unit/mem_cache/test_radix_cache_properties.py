@@ -19,7 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
 from radixlm.mem_cache.memory_pool import ReqToTokenPool
-from radixlm.mem_cache.radix_cache import PrefixPin, RadixCache, TreeNode
+from radixlm.mem_cache.radix_cache import RadixCache
+from radixlm.mem_cache.radix_node import PrefixPin, TreeNode
 
 SIZE = 48
 token_seqs = st.lists(st.integers(0, 3), min_size=0, max_size=10)
