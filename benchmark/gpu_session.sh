@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call on an H200: install, then the checks and timings named as arguments.
 #   bash benchmark/gpu_session.sh parity one_batch offline_hf offline_ci shared_prefix kernels
+#   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
 # Logs go to $OUT/<step>.log; each step prints its table at the end.
@@ -40,6 +41,12 @@ for what in "$@"; do
     fi_tests) step fi_tests 300 python3 -m pytest -q -x test/unit/layers/test_flashinfer_backend.py ;;
     fi_profile) step fi_profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --attention-backend flashinfer ;;
+    tp_parity) step tp_parity 420 python3 benchmark/gpu_tp_parity.py --config $MODEL --tp-size 2 ;;
+    one_batch_tp) for tp in 1 2; do step one_batch_tp$tp 300 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size 1 64 --input-len 256 --output-len 128 --tp-size $tp; done ;;
+    offline_ci_tp2) step offline_ci_tp2 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 --tp-size 2 ;;
     profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy ;;
     kernels) step kernels 120 python3 -m pytest -q -x test/kernel test/unit/layers/test_layers_cuda.py ;;
     parity) step parity 420 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
