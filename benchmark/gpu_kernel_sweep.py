@@ -46,12 +46,20 @@ def bench(fn) -> float:
     return triton.testing.do_bench_cudagraph(fn, rep=30)
 
 
+def decode_launch(lens: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the triton backend hands `decode_attention_fwd` for these lengths, with the current knobs:
+    (grid splits, per-request splits, partial-output and log-sum-exp scratch)."""
+    bs, sms = lens.shape[0], torch.cuda.get_device_properties(0).multi_processor_count
+    logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
+    lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+    return K.grid_kv_splits(bs, HKV, 32, sms), K.compute_num_kv_splits(lens, HKV, 32, sms), logits, lse
+
+
 def decode_cases(spec: str) -> list[tuple[int, int]]:
     return [tuple(int(x) for x in c.split("x")) for c in spec.split(",")]
 
 
 def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, int]]) -> None:
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     default = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY)
     print("\n## decode attention (ms per layer call; TB/s of K+V read)")
     print("| bs x ctx | default " + str(default) + " | best | best config (BLOCK_N, warps, stages, occupancy) |")
@@ -61,16 +69,13 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
         lens = torch.full((bs,), ctx, device=DEV)
         q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
         o = torch.empty_like(q)
-        logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
-        lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
         ref = torch.empty_like(q)
         R.decode_attention_ref(q, kb, vb, ref, r2t, rows, lens, D ** -0.5) if bs * ctx <= 300_000 else None
         nbytes = 2 * bs * ctx * HKV * D * 2
         results = {}
         for cfg in configs:
             dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY = cfg
-            grid = K.grid_kv_splits(bs, HKV, 32, sms)
-            splits = K.compute_num_kv_splits(lens, HKV, 32, sms)
+            grid, splits, logits, lse = decode_launch(lens)  # the splits follow OCCUPANCY
 
             def fn() -> None:
                 K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
@@ -106,11 +111,7 @@ def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> 
         r2t[i, prefix:prefix + suffix] = own[i, :suffix]
     lens = torch.full((bs,), prefix + suffix, device=DEV)
     q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid = K.grid_kv_splits(bs, HKV, 32, sms)
-    splits = K.compute_num_kv_splits(lens, HKV, 32, sms)
-    logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
-    lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+    grid, splits, logits, lse = decode_launch(lens)
     order = K.prefix_order(r2t, rows)
     outs, times = [], []
     for o_arg in (None, order):
@@ -132,17 +133,13 @@ def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> 
 
 def run_multi_unshared(cases: list[tuple[int, int]]) -> float:
     """Unshared contexts (every block private): the multi-request kernel against the standard one."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     worst = float("inf")
     for bs, ctx in cases:
         kb, vb, r2t, rows = pool([ctx] * bs)
         lens = torch.full((bs,), ctx, device=DEV)
         q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
         o1, o2 = torch.empty_like(q), torch.empty_like(q)
-        grid = K.grid_kv_splits(bs, HKV, 32, sms)
-        splits = K.compute_num_kv_splits(lens, HKV, 32, sms)
-        logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
-        lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+        grid, splits, logits, lse = decode_launch(lens)
         order = K.prefix_order(r2t, rows)
         t1 = bench(lambda: K.decode_attention_fwd(q, kb, vb, o1, r2t, rows, lens, splits, D ** -0.5, grid, logits,
                                                   lse, order=order))

@@ -158,7 +158,6 @@ def matmul_floor(runner: ModelRunner) -> float:
         weights += [layer.self_attn.qkv_proj.weight, layer.self_attn.o_proj.weight, layer.mlp.gate_up_proj.weight,
                     layer.mlp.down_proj.weight]
     weights.append(model.lm_head.weight)
-    hidden = model.config.hidden_size
     xs = {w.shape[1]: torch.randn(1, w.shape[1], device=runner.device, dtype=w.dtype) for w in weights}
 
     def step() -> None:
@@ -177,7 +176,6 @@ def matmul_floor(runner: ModelRunner) -> float:
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    del hidden
     return start.elapsed_time(end) / 20
 
 

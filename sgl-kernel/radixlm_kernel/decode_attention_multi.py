@@ -17,24 +17,13 @@ import torch
 import triton
 import triton.language as tl
 
+from radixlm_kernel.extend_attention import _LOG2E, _attend
 from radixlm_kernel.utils import next_power_of_2
 
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 2
-_LOG2E = 1.4426950408889634
 _NO_SLOT = tl.constexpr(-2147483647)
-
-
-@triton.jit
-def _attend_rows(q, k, v, m, l, acc, qk_scale, mask):
-    s = tl.dot(q, k) * qk_scale
-    s = tl.where(mask, s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, axis=1))
-    alpha = tl.math.exp2(m - m_new)
-    p = tl.math.exp2(s - m_new[:, None])
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return m_new, l * alpha + tl.sum(p, axis=1), acc
 
 
 @triton.jit
@@ -88,13 +77,13 @@ def _decode_multi_kernel(q_ptr, k_buf_ptr, v_buf_ptr, r2t_ptr, req_pool_ptr, seq
         if tl.max(differs, axis=0) == 0:  # one block of shared slots: load once, attend for every request
             k, v = _load_kv(k_buf_ptr, v_buf_ptr, lead, kv_head, kb_s0, kb_s1, vb_s0, vb_s1, d, dv, head_dim,
                             v_head_dim)
-            m, l, acc = _attend_rows(q, k, v, m, l, acc, qk_scale, row_mask)
+            m, l, acc = _attend(q, k, v, m, l, acc, qk_scale, row_mask, True)
         else:
             for j in tl.static_range(R):
                 slots_j = tl.max(tl.where(ri[:, None] == j, slots, _NO_SLOT), axis=0)
                 k, v = _load_kv(k_buf_ptr, v_buf_ptr, slots_j, kv_head, kb_s0, kb_s1, vb_s0, vb_s1, d, dv,
                                 head_dim, v_head_dim)
-                m, l, acc = _attend_rows(q, k, v, m, l, acc, qk_scale, row_mask & (hr[:, None] == j))
+                m, l, acc = _attend(q, k, v, m, l, acc, qk_scale, row_mask & (hr[:, None] == j), True)
     out = acc / tl.where(l > 0, l, 1.0)[:, None]
     tl.store(o_ptr + hb[:, None] * o_s0 + heads[:, None] * o_s1 + dv[None, :], out.to(o_ptr.dtype.element_ty),
              mask=h_ok[:, None] & (dv[None, :] < v_head_dim))

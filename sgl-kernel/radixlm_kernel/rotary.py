@@ -20,22 +20,33 @@ from radixlm_kernel.utils import next_power_of_2
 
 
 @triton.jit
-def _rotate_heads(x_ptr, row_stride, token, num_heads, cos, sin, head_size, half,
-                  IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _rotated(x_ptr, row_stride, token, num_heads, cos, sin, head_size, half,
+             IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """Load the rotary pairs of `num_heads` heads of row `token` and rotate them (float32); returns
+    the offsets of each pair within a head (the heads are `head_size` apart) with the results."""
     heads = tl.arange(0, BLOCK_H)[:, None]
     pairs = tl.arange(0, BLOCK_HALF)[None, :]
     mask = (heads < num_heads) & (pairs < half)
-    base = x_ptr + token * row_stride + heads * head_size
     if IS_NEOX:
-        off1 = pairs
-        off2 = pairs + half
+        off1 = heads * head_size + pairs
+        off2 = heads * head_size + pairs + half
     else:
-        off1 = pairs * 2
-        off2 = pairs * 2 + 1
-    x1 = tl.load(base + off1, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(base + off2, mask=mask, other=0.0).to(tl.float32)
-    tl.store(base + off1, (x1 * cos - x2 * sin).to(x_ptr.dtype.element_ty), mask=mask)
-    tl.store(base + off2, (x2 * cos + x1 * sin).to(x_ptr.dtype.element_ty), mask=mask)
+        off1 = heads * head_size + pairs * 2
+        off2 = heads * head_size + pairs * 2 + 1
+    src = x_ptr + token * row_stride
+    x1 = tl.load(src + off1, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + off2, mask=mask, other=0.0).to(tl.float32)
+    return off1, off2, mask, x1 * cos - x2 * sin, x2 * cos + x1 * sin
+
+
+@triton.jit
+def _rotate_heads(x_ptr, row_stride, token, num_heads, cos, sin, head_size, half,
+                  IS_NEOX: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    off1, off2, mask, y1, y2 = _rotated(x_ptr, row_stride, token, num_heads, cos, sin, head_size, half, IS_NEOX,
+                                        BLOCK_H, BLOCK_HALF)
+    base = x_ptr + token * row_stride
+    tl.store(base + off1, y1.to(x_ptr.dtype.element_ty), mask=mask)
+    tl.store(base + off2, y2.to(x_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -44,29 +55,21 @@ def _rotate_store_heads(x_ptr, row_stride, token, dst_ptr, dst_row, num_heads, c
                         BLOCK_REST: tl.constexpr):
     """Rotate `num_heads` heads of row `token` in place and also store them at `dst_row` of dst
     (heads contiguous, `head_size` apart); dims past `rotary_dim` are copied unchanged."""
-    heads = tl.arange(0, BLOCK_H)[:, None]
-    pairs = tl.arange(0, BLOCK_HALF)[None, :]
-    mask = (heads < num_heads) & (pairs < half)
-    src = x_ptr + token * row_stride + heads * head_size
-    dst = dst_ptr + dst_row + heads * head_size
-    if IS_NEOX:
-        off1 = pairs
-        off2 = pairs + half
-    else:
-        off1 = pairs * 2
-        off2 = pairs * 2 + 1
-    x1 = tl.load(src + off1, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + off2, mask=mask, other=0.0).to(tl.float32)
-    y1 = x1 * cos - x2 * sin
-    y2 = x2 * cos + x1 * sin
-    tl.store(src + off1, y1.to(x_ptr.dtype.element_ty), mask=mask)
-    tl.store(src + off2, y2.to(x_ptr.dtype.element_ty), mask=mask)
-    # round through the activation dtype first, so the pool holds exactly what attention reads in place
-    tl.store(dst + off1, y1.to(x_ptr.dtype.element_ty).to(dst_ptr.dtype.element_ty), mask=mask)
-    tl.store(dst + off2, y2.to(x_ptr.dtype.element_ty).to(dst_ptr.dtype.element_ty), mask=mask)
+    off1, off2, mask, y1, y2 = _rotated(x_ptr, row_stride, token, num_heads, cos, sin, head_size, half, IS_NEOX,
+                                        BLOCK_H, BLOCK_HALF)
+    src = x_ptr + token * row_stride
+    dst = dst_ptr + dst_row
+    y1 = y1.to(x_ptr.dtype.element_ty)
+    y2 = y2.to(x_ptr.dtype.element_ty)
+    tl.store(src + off1, y1, mask=mask)
+    tl.store(src + off2, y2, mask=mask)
+    # rounded through the activation dtype first, so the pool holds exactly what attention reads in place
+    tl.store(dst + off1, y1.to(dst_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst + off2, y2.to(dst_ptr.dtype.element_ty), mask=mask)
     if BLOCK_REST > 0:  # partial rotary: the pass-through dims go to the pool as they are
-        rest = rotary_dim + tl.arange(0, BLOCK_REST)[None, :]
-        rmask = (heads < num_heads) & (rest < head_size)
+        heads = tl.arange(0, BLOCK_H)[:, None]
+        rest = heads * head_size + rotary_dim + tl.arange(0, BLOCK_REST)[None, :]
+        rmask = (heads < num_heads) & (rest < heads * head_size + head_size)
         tail = tl.load(src + rest, mask=rmask, other=0.0)
         tl.store(dst + rest, tail.to(dst_ptr.dtype.element_ty), mask=rmask)
 
