@@ -60,16 +60,17 @@ def run_radixlm(runner: ModelRunner, bs: int, input_len: int, output_len: int, s
     builder = ForwardBatchBuilder.for_runner(runner)
     rows = runner.req_to_token_pool.alloc(bs)
     start = now()
-    out = runner.forward(builder.extend(rows, [0] * bs, prompts))
+    fb = builder.extend(rows, [0] * bs, prompts)
+    out = runner.forward(fb)
     prefill_end = now()
-    seq_lens, steps = [input_len] * bs, []
-    for _ in range(output_len - 1):
+    steps = []
+    for _ in range(output_len - 1):  # each step as the scheduler's steady decode builds it, then synced
         t0 = now()
-        out = runner.forward(builder.decode(rows, seq_lens, out.next_token_ids))
+        fb = builder.decode_next(fb, out.next_token_ids)
+        out = runner.forward(fb)
         steps.append(now() - t0)
-        seq_lens = [n + 1 for n in seq_lens]
     end = now()
-    builder.release(rows, seq_lens)
+    builder.release(rows, fb.seq_lens_cpu)
     return Row("radixlm", bs, (prefill_end - start) * 1e3, statistics.median(steps) * 1e3 if steps else 0.0,
                end - start, input_len, output_len)
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call on an H200: install, then the checks and timings named as arguments.
 #   bash benchmark/gpu_session.sh parity one_batch offline_hf offline_ci shared_prefix kernels
+#   this session's (RESULTS.md, third session): gemv_sweep sweep_shared kernels | kernels_new one_batch
+#     shared_prefix shared_prefix_nocascade profile | offline_ci online offline_ci_fp8 parity | kernels
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
@@ -30,9 +32,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...
 for what in "$@"; do
   case $what in
     sweep) step sweep 300 python3 benchmark/gpu_kernel_sweep.py ;;
-    sweep_shared) step sweep_shared 150 python3 benchmark/gpu_kernel_sweep.py --shared-only --decision-file /tmp/multi
-                 export RADIXLM_DECODE_MULTI=$(cat /tmp/multi 2>/dev/null || echo 0)
-                 echo "RADIXLM_DECODE_MULTI=$RADIXLM_DECODE_MULTI for the steps that follow" ;;
+    sweep_shared) step sweep_shared 200 python3 benchmark/gpu_kernel_sweep.py --shared-only ;;
     fi_stage1) cp .fi1/fi.part.aa /tmp/ && echo "fi part 1 staged in /tmp" ;;
     fi_install) cat /tmp/fi.part.aa .fi2/fi.part.ab > /tmp/flashinfer_python-0.7.4-py3-none-any.whl &&
                 python3 -m pip install -q --no-index --no-deps --no-compile --target .site \
@@ -47,16 +47,36 @@ for what in "$@"; do
     offline_ci_tp2) step offline_ci_tp2 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 --tp-size 2 ;;
-    profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy ;;
-    kernels) step kernels 120 python3 -m pytest -q -x test/kernel test/unit/layers/test_layers_cuda.py ;;
+    gemv_sweep) step gemv_sweep 240 python3 benchmark/gpu_gemv_sweep.py
+                grep -E '^(\{|CONFIGS|SHAPE_CONFIGS|FUSED_GEMV|compiled|sweep done)' "$OUT/gemv_sweep.log" ;;
+    one_batch_gemv_ab) (export RADIXLM_FUSED_GEMV_MAX_TOKENS=0; step one_batch_gemv_off 240 python3 \
+                 benchmark/bench_one_batch.py --model-path $MODEL --load-format dummy --dtype bfloat16 \
+                 --batch-size 1 8 64 --input-len 256 --output-len 256)
+                 step one_batch_gemv_on 240 python3 benchmark/bench_one_batch.py --model-path $MODEL --load-format dummy \
+                 --dtype bfloat16 --batch-size 1 8 64 --input-len 256 --output-len 256 ;;
+    profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --decode 1x256,1x512,8x512,64x2048,192x2560 --prefill 1x0x1024,1x0x2048,1x0x4096,4x0x2048 ;;
+    kernels) step kernels 300 python3 -m pytest -q test/kernel test/unit/layers/test_layers_cuda.py \
+                 test/unit/layers/test_fused_gemv_cuda.py ;;
     parity) step parity 420 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
     one_batch) step one_batch 240 python3 benchmark/bench_one_batch.py --model-path $MODEL --load-format dummy \
-                 --dtype bfloat16 --batch-size 1 8 32 64 --input-len 256 --output-len 128 ;;
+                 --dtype bfloat16 --batch-size 1 8 32 64 --input-len 256 --output-len 256 ;;
+    kernels_new) step kernels_new 200 python3 -m pytest -q test/kernel/test_cascade_attention.py \
+                 test/unit/layers/test_fused_gemv_cuda.py "test/unit/layers/test_layers_cuda.py::test_shared_prefix_decode_matches_hf" ;;
     one_batch_eager) step one_batch_eager 120 python3 benchmark/bench_one_batch.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --batch-size 1 --input-len 256 --output-len 32 --disable-cuda-graph ;;
     offline_hf) step offline_hf 200 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 256 --random-input-len 512 \
                  --random-output-len 128 --random-range-ratio 1.0 --skip-hf --cuda-graph-max-bs 256 ;;
+    offline_ci_fp8) step offline_ci_fp8 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 \
+                 --kv-cache-dtype fp8_e4m3 ;;
+    shared_prefix_nocascade) (export RADIXLM_DECODE_CASCADE=0; step shared_prefix_nocascade 240 \
+                 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
+                 --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
+                 --skip-hf --cuda-graph-max-bs 512) ;;
     offline_ci) step offline_ci 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ;;

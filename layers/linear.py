@@ -9,14 +9,19 @@ slice. Fused layers name their pieces: QKV by "q"/"k"/"v", merged layers by inde
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from radixlm.distributed import tensor_model_parallel_all_gather, tensor_model_parallel_all_reduce
+from radixlm.layers.activation import silu_and_mul
+from radixlm.layers.kernel_dispatch import gemv_kernel_for
 from radixlm.layers.parameter import check_shape
+
+if TYPE_CHECKING:
+    from radixlm.layers.layernorm import RMSNorm
 
 
 def divide(numerator: int, denominator: int, what: str) -> int:
@@ -50,7 +55,23 @@ class ColumnParallelLinear(LinearBase):
         self.gather_output = gather_output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x, self.weight, self.bias)
+        return self._gather(F.linear(x, self.weight, self.bias))
+
+    def forward_normed(self, x: torch.Tensor, residual: Optional[torch.Tensor], norm: "RMSNorm"
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(forward(norm(x + residual)), x + residual)`; with residual None (the first layer)
+        `(forward(norm(x)), x)`. Small CUDA batches run it as one kernel, the norm the GEMV's prologue."""
+        kernel = gemv_kernel_for(x)
+        if kernel is not None and (residual is None or residual.stride(-1) == 1):
+            out, residual = kernel.rmsnorm_gemv(x, residual, norm.weight, norm.variance_epsilon, self.weight,
+                                                self.bias)
+            return self._gather(out), residual
+        if residual is None:
+            return self.forward(norm(x)), x
+        x, residual = norm(x, residual)
+        return self.forward(x), residual
+
+    def _gather(self, out: torch.Tensor) -> torch.Tensor:
         return tensor_model_parallel_all_gather(out, dim=-1) if self.gather_output else out
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id: object = None) -> None:
@@ -140,10 +161,32 @@ class RowParallelLinear(LinearBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel and self.tp_size > 1:
             x = x.narrow(-1, self.tp_rank * self.input_size_per_partition, self.input_size_per_partition)
-        out = F.linear(x, self.weight)
+        kernel = gemv_kernel_for(x)
+        if kernel is not None:
+            fold = self._bias_in_kernel()
+            return self._reduce(kernel.linear_gemv(x, self.weight, self.bias if fold else None),
+                                None if fold else self.bias)
+        return self._reduce(F.linear(x, self.weight), self.bias)
+
+    def forward_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """`forward(silu(gate) * up)` for `gate_up = [gate | up]` (this rank's halves, from a merged
+        column-parallel projection). Small CUDA batches run it as one kernel, SiLU-and-mul the GEMV's prologue."""
+        kernel = gemv_kernel_for(gate_up)
+        if kernel is None or (not self.input_is_parallel and self.tp_size > 1):
+            return self.forward(silu_and_mul(gate_up))
+        fold = self._bias_in_kernel()
+        return self._reduce(kernel.silu_mul_gemv(gate_up, self.weight, self.bias if fold else None),
+                            None if fold else self.bias)
+
+    def _bias_in_kernel(self) -> bool:
+        """Whether the GEMV kernel may add the bias itself: only when no all-reduce follows (it is added once)."""
+        return self.bias is not None and not (self.reduce_results and self.tp_size > 1)
+
+    def _reduce(self, out: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """All-reduce the partial sums (when this layer reduces), then add `bias`."""
         if self.reduce_results:
             out = tensor_model_parallel_all_reduce(out)
-        return out + self.bias if self.bias is not None else out
+        return out + bias if bias is not None else out
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id: object = None) -> None:
         if shard_id is not None:

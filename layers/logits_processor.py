@@ -16,8 +16,10 @@ import torch
 from torch import nn
 
 from radixlm.distributed import tensor_model_parallel_all_gather
+from radixlm.layers.kernel_dispatch import gemv_kernel_for
 
 if TYPE_CHECKING:
+    from radixlm.layers.layernorm import RMSNorm
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 
@@ -35,19 +37,38 @@ class LogitsProcessor(nn.Module):
         self.vocab_size = vocab_size
 
     def forward(self, input_ids: torch.Tensor, hidden_states: torch.Tensor, lm_head: nn.Module,
-                forward_batch: "ForwardBatch") -> LogitsProcessorOutput:
+                forward_batch: "ForwardBatch", residual: Optional[torch.Tensor] = None,
+                norm: Optional["RMSNorm"] = None) -> LogitsProcessorOutput:
+        """With `norm`, `hidden_states` and `residual` are the last layer's outputs and the model's final
+        norm, `norm(hidden_states + residual)`, is applied here: small batches fold it into the LM head GEMV."""
+        if norm is not None and forward_batch.return_logprob and forward_batch.forward_mode.is_extend():
+            # the prompt logprobs read every position: normalise them all first
+            hidden_states, residual, norm = final_norm(norm, hidden_states, residual), None, None
         if forward_batch.forward_mode.is_decode():
-            last_hidden = hidden_states
+            last_hidden, last_residual = hidden_states, residual
         else:
             last_index = torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1
             last_hidden = hidden_states[last_index]
-        out = LogitsProcessorOutput(next_token_logits=self.compute_logits(last_hidden, lm_head))
+            last_residual = residual[last_index] if residual is not None else None
+        out = LogitsProcessorOutput(next_token_logits=self.compute_logits(last_hidden, lm_head, last_residual, norm))
         if forward_batch.return_logprob and forward_batch.forward_mode.is_extend():
             self._add_input_logprobs(out, input_ids, hidden_states, lm_head, forward_batch)
         return out
 
-    def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        logits = torch.matmul(hidden, lm_head.weight.T)
+    def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module, residual: Optional[torch.Tensor] = None,
+                       norm: Optional["RMSNorm"] = None) -> torch.Tensor:
+        """float32 `[tokens, vocab]` logits of `hidden`, or of `norm(hidden + residual)` with `norm`."""
+        kernel = gemv_kernel_for(hidden)
+        if kernel is not None and (residual is None or residual.stride(-1) == 1):
+            if norm is None:
+                logits = kernel.linear_gemv(hidden, lm_head.weight, out_dtype=torch.float32)
+            else:
+                logits, _ = kernel.rmsnorm_gemv(hidden, residual, norm.weight, norm.variance_epsilon, lm_head.weight,
+                                                store_residual=False, out_dtype=torch.float32)
+        else:
+            if norm is not None:
+                hidden = final_norm(norm, hidden, residual)
+            logits = torch.matmul(hidden, lm_head.weight.T)
         logits = tensor_model_parallel_all_gather(logits, dim=-1)
         return logits[:, :self.vocab_size].float()
 
@@ -67,6 +88,11 @@ class LogitsProcessor(nn.Module):
         k = max(fb.top_logprobs_nums or [0])
         if k > 0:
             out.input_top_logprobs_val, out.input_top_logprobs_idx = logprobs.topk(k, dim=-1)
+
+
+def final_norm(norm: "RMSNorm", hidden: torch.Tensor, residual: Optional[torch.Tensor]) -> torch.Tensor:
+    """`norm(hidden + residual)` (or `norm(hidden)`); on CUDA it may overwrite both inputs."""
+    return norm(hidden) if residual is None else norm(hidden, residual)[0]
 
 
 def next_token_logprobs(logits: torch.Tensor, next_token_ids: torch.Tensor, top_k: int

@@ -40,8 +40,13 @@ def set_default_nccl_env() -> None:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 
-def decode_multi_request() -> bool:
-    """RADIXLM_DECODE_MULTI=1: large decode batches use the several-requests-per-program attention
-    kernel (shared-prefix blocks loaded once). Off by default: on the H200 it was 1.13x faster on a
-    shared-prefix batch but 0.45-0.67x on unshared ones (benchmark/RESULTS.md)."""
-    return _get("DECODE_MULTI", "0") == "1"
+def decode_cascade() -> bool:
+    """RADIXLM_DECODE_CASCADE=0 turns off cascade decode attention in the triton backend (decode
+    batches read a shared cached prefix once per block of requests); on by default."""
+    return _get("DECODE_CASCADE", "1") != "0"
+
+
+def fused_gemv_max_tokens(default: int) -> int:
+    """RADIXLM_FUSED_GEMV_MAX_TOKENS=N: batches of at most N tokens (N <= 16) take the fused small-batch GEMV
+    kernels (norm / SiLU-and-mul folded into the matmul) on CUDA; 0 turns them off (for A/B runs)."""
+    return int(_get("FUSED_GEMV_MAX_TOKENS", str(default)))

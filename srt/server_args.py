@@ -17,6 +17,7 @@ ATTENTION_BACKENDS = ("torch_native", "triton", "flashinfer")
 GRAMMAR_BACKENDS = ("xgrammar", "none")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # fp8: storage, no scales
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class ServerArgs:
              f"--attention-backend must be one of {ATTENTION_BACKENDS}")
         need(self.load_format in LOAD_FORMATS, f"--load-format must be one of {LOAD_FORMATS}")
         need(self.dtype in DTYPES, f"--dtype must be one of {DTYPES}")
+        need(self.kv_cache_dtype in KV_CACHE_DTYPES, f"--kv-cache-dtype must be one of {KV_CACHE_DTYPES}")
         need(self.grammar_backend in GRAMMAR_BACKENDS, f"--grammar-backend must be one of {GRAMMAR_BACKENDS}")
         need(self.tp_size >= 1, "--tp-size must be >= 1")
         need(self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes, "--node-rank must be in [0, --nnodes)")
@@ -151,5 +153,6 @@ _CLI_TYPES = {
 _CLI_CHOICES = {
     "schedule_policy": SCHEDULE_POLICIES, "attention_backend": ATTENTION_BACKENDS,
     "grammar_backend": GRAMMAR_BACKENDS, "load_format": LOAD_FORMATS, "dtype": DTYPES,
+    "kv_cache_dtype": KV_CACHE_DTYPES,
     "device": ("auto", "cpu", "cuda"), "log_level": ("debug", "info", "warning", "error"),
 }

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. when radixlm_kernel is first imported,
+# and test modules anywhere in the tree import it (through radixlm.layers) while being collected: so the
+# variable is set here, before any of them, for the kernel tests' CPU runs (test/kernel/conftest.py)
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

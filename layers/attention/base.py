@@ -27,6 +27,9 @@ class AttentionBackend(ABC):
     # True when the backend reads new K/V from the standard pool layout, so a fused rotary+store
     # kernel may write them before `forward(..., save_kv_cache=False)` (see RadixAttention.kv_store_target)
     accepts_stored_kv: bool = False
+    # False when a CUDA-graph replay needs no host-side planning (everything is recorded in the graph),
+    # so the graph runner skips building the padded batch for `init_forward_metadata_replay_cuda_graph`
+    plans_replay_on_host: bool = True
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         """Precompute per-batch metadata once, before the layers run."""

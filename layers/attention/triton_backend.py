@@ -2,9 +2,10 @@
 
 Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
-`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device), or,
-for batches large enough to fill the GPU unsplit, `decode_attention_multi_fwd` (several
-requests per program, in `prefix_order`, so blocks of a shared cached prefix are loaded once).
+`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device). Decode
+batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
+(`cascade_plan`, on the device): a group's prefix K/V is read once per block of requests and
+each request attends the rest of its context on its own (cascade attention).
 
 CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (splits per
 request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
@@ -24,10 +25,13 @@ from radixlm import environ
 from radixlm.layers.attention.base import AttentionBackend, register_attention_backend
 
 if TYPE_CHECKING:
+    from radixlm_kernel import CascadePlan
+
     from radixlm.layers.radix_attention import RadixAttention
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 MAX_KV_SPLITS = 32
+CASCADE_MIN_BS = 16  # smaller decode batches skip the grouping (its ~20 small launches per step)
 
 
 @dataclass
@@ -36,6 +40,7 @@ class DecodeMetadata:
     attn_logits: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS, Dv]
     attn_lse: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS]
     order: Optional[torch.Tensor] = None  # int64 [bs]: requests sharing prefix slots launched side by side
+    cascade: Optional["CascadePlan"] = None  # shared-prefix blocks, when the batch is cascade-sized
 
 
 @dataclass
@@ -47,6 +52,7 @@ class ExtendMetadata:
 @register_attention_backend("triton")
 class TritonAttnBackend(AttentionBackend):
     accepts_stored_kv = True
+    plans_replay_on_host = False
 
     def __init__(self, model_runner: object) -> None:
         import radixlm_kernel  # the kernel package (pip install -e sgl-kernel)
@@ -61,7 +67,8 @@ class TritonAttnBackend(AttentionBackend):
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                         if self.device.type == "cuda" else 8)
         self.forward_metadata: Optional[DecodeMetadata | ExtendMetadata] = None
-        self.multi_enabled = environ.decode_multi_request()
+        self.cascade_enabled = environ.decode_cascade()
+        self.cascade_members = self.kernel.members_per_block(self.num_q_heads // self.num_kv_heads)
         self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
 
     # ---- metadata ------------------------------------------------------------------------
@@ -69,14 +76,44 @@ class TritonAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         if forward_batch.forward_mode.is_decode():
             bs = forward_batch.batch_size
-            self.forward_metadata = DecodeMetadata(self._num_kv_splits(forward_batch.seq_lens), *self._scratch(bs),
-                                                   order=self._order(forward_batch))
+            meta = DecodeMetadata(forward_batch.seq_lens, *self._scratch(bs))
+            self._plan_decode(meta, forward_batch)
+            self.forward_metadata = meta
             return
         ext = forward_batch.extend_seq_lens
         start = forward_batch.extend_start_loc
         if start is None:
             start = torch.cumsum(ext, dim=0) - ext
         self.forward_metadata = ExtendMetadata(start, max(forward_batch.extend_seq_lens_cpu, default=0))
+
+    def _use_cascade(self, forward_batch: "ForwardBatch") -> bool:
+        """A host decision on the (padded) batch size only, so capture and replay agree."""
+        return (self.cascade_enabled and forward_batch.batch_size >= CASCADE_MIN_BS
+                and forward_batch.req_to_token_pool.req_to_token.shape[1] >= self.kernel.cascade_attention.MIN_SHARED)
+
+    def _plan_decode(self, meta: DecodeMetadata, forward_batch: "ForwardBatch",
+                     splits_out: Optional[torch.Tensor] = None, order_out: Optional[torch.Tensor] = None) -> None:
+        """Device-only decode planning (the part a CUDA graph records): the shared-prefix blocks when
+        the batch is cascade-sized, else the launch order; then the KV splits of what each request
+        attends by itself."""
+        bs = forward_batch.batch_size
+        seq_lens = forward_batch.seq_lens[:bs]
+        if self._use_cascade(forward_batch):
+            meta.cascade = self.kernel.cascade_plan(forward_batch.req_to_token_pool.req_to_token,
+                                                    forward_batch.req_pool_indices[:bs], seq_lens,
+                                                    self.cascade_members)
+            meta.order = None
+            own = seq_lens - meta.cascade.pre_len
+        else:
+            meta.order = self._order(forward_batch, out=order_out)
+            own = seq_lens
+        meta.num_kv_splits = self.kernel.compute_num_kv_splits(own, self.num_kv_heads,
+                                                               self._split_cap(meta.cascade is not None),
+                                                               self.num_sms, out=splits_out)
+
+    def _split_cap(self, cascade: bool) -> int:
+        """Split slots of the scratch a request's own context may use (the cascade reserves some)."""
+        return MAX_KV_SPLITS - (self.kernel.cascade_attention.PREFIX_SPLITS if cascade else 0)
 
     def _order(self, forward_batch: "ForwardBatch", out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
         """Requests that share their first KV slots (a cached prefix) decode side by side, so the
@@ -86,20 +123,9 @@ class TritonAttnBackend(AttentionBackend):
         return self.kernel.prefix_order(forward_batch.req_to_token_pool.req_to_token,
                                         forward_batch.req_pool_indices, out=out)
 
-    def _use_multi(self, bs: int) -> bool:
-        """Several requests per program (shared-prefix blocks loaded once) when the batch fills the GPU
-        with no KV splits even at R requests per program; a host decision on the (padded) batch size."""
-        if not self.multi_enabled:
-            return False
-        r, _ = self.kernel.multi_request_rows(self.num_q_heads // self.num_kv_heads)
-        return self._grid_splits(-(-bs // r)) == 1
-
-    def _grid_splits(self, bs: int) -> int:
-        """The decode grid's split dimension for `bs` rows (what `_num_kv_splits` never exceeds)."""
-        return self.kernel.grid_kv_splits(bs, self.num_kv_heads, MAX_KV_SPLITS, self.num_sms)
-
-    def _num_kv_splits(self, seq_lens: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return self.kernel.compute_num_kv_splits(seq_lens, self.num_kv_heads, MAX_KV_SPLITS, self.num_sms, out=out)
+    def _grid_splits(self, bs: int, cascade: bool = False) -> int:
+        """The decode grid's split dimension for `bs` rows (what `_plan_decode`'s splits never exceed)."""
+        return self.kernel.grid_kv_splits(bs, self.num_kv_heads, self._split_cap(cascade), self.num_sms)
 
     def _scratch(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
         logits = torch.empty((bs, self.num_q_heads, MAX_KV_SPLITS, self.v_head_dim), dtype=torch.float32,
@@ -119,15 +145,16 @@ class TritonAttnBackend(AttentionBackend):
             raise RuntimeError("call init_cuda_graph_state(max_bs) before capturing")
         bs = forward_batch.batch_size
         self.forward_metadata = DecodeMetadata(self.cuda_graph_num_kv_splits[:bs], self.cuda_graph_attn_logits,
-                                               self.cuda_graph_attn_lse,
-                                               order=self.cuda_graph_order[:bs] if bs > 1 else None)
+                                               self.cuda_graph_attn_lse)
 
     def init_forward_metadata_in_graph(self, forward_batch: "ForwardBatch") -> None:
-        """The splits and the launch order follow the graph's static seq_lens and rows, so computing
-        them is part of the graph."""
-        bs = forward_batch.batch_size
-        self._num_kv_splits(forward_batch.seq_lens[:bs], out=self.cuda_graph_num_kv_splits)
-        self._order(forward_batch, out=self.cuda_graph_order)
+        """The shared-prefix blocks, the launch order and the splits follow the graph's static
+        seq_lens and rows, so computing them is part of the graph."""
+        meta = self.forward_metadata
+        if not isinstance(meta, DecodeMetadata):
+            raise RuntimeError("init_forward_metadata_capture_cuda_graph was not called")
+        self._plan_decode(meta, forward_batch, splits_out=self.cuda_graph_num_kv_splits,
+                          order_out=self.cuda_graph_order)
 
     def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         """Nothing on the host: the captured graph recomputes the splits from the static seq_lens."""
@@ -157,17 +184,12 @@ class TritonAttnBackend(AttentionBackend):
         k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         bs = q.shape[0]
         o = q.new_empty(bs, layer.tp_q_head_num, layer.v_head_dim)
-        if meta.order is not None and self._use_multi(bs):
-            self.kernel.decode_attention_multi_fwd(
-                q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
-                forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-                layer.scaling, meta.order)
-            return o.view(bs, -1)
         self.kernel.decode_attention_fwd(
             q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-            meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs), attn_logits=meta.attn_logits,
-            attn_lse=meta.attn_lse, order=meta.order)
+            meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs, meta.cascade is not None),
+            attn_logits=meta.attn_logits, attn_lse=meta.attn_lse, order=meta.order, cascade=meta.cascade,
+            num_sms=self.num_sms)
         return o.view(bs, -1)
 
     def _save_kv(self, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",

@@ -13,13 +13,16 @@ sequence lengths; programs whose split is past `num_kv_splits[b]` exit at once.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import next_power_of_2
+from radixlm_kernel.utils import is_fp8, next_power_of_2
+
+if TYPE_CHECKING:
+    from radixlm_kernel.cascade_attention import CascadePlan
 
 # Tuning knobs, module-level so a sweep can set them; chosen on an H200 (bf16, 32 q / 8 kv heads,
 # head_dim 128) over bs x ctx in {1x512, 1x4096, 8x2048, 32x1024, 64x512, 64x4096}
@@ -33,9 +36,11 @@ OCCUPANCY = 2  # aim for this many split programs per SM
 @triton.jit
 def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
                          mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
-                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, order_ptr, group, head_dim,
-                         v_head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-                         BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr, HAS_ORDER: tl.constexpr):
+                         mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, order_ptr, pre_len_ptr, n_pre_ptr,
+                         group, head_dim, v_head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+                         BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr,
+                         HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
+                         KV_FP8: tl.constexpr):
     if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
         b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
     else:
@@ -44,8 +49,11 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
     num_splits = tl.load(splits_ptr + b).to(tl.int32)
-    split_len = tl.cdiv(seq_len, num_splits)
-    start = split * split_len
+    ctx_start = 0
+    if CASCADE:  # [0, P) is the cascade prefix kernel's
+        ctx_start = tl.load(pre_len_ptr + b).to(tl.int32)
+    split_len = tl.cdiv(seq_len - ctx_start, num_splits)
+    start = ctx_start + split * split_len
     end = tl.minimum(start + split_len, seq_len)
     if (split < num_splits) & (start < end):
         row = tl.load(req_pool_ptr + b).to(tl.int64)
@@ -56,7 +64,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
         dv = tl.arange(0, BLOCK_DV)
         q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :],
                     mask=h_mask[:, None] & (d[None, :] < head_dim), other=0.0)
-        q = q.to(k_buf_ptr.dtype.element_ty)
+        if not KV_FP8:  # fp8 pools are read up to q's dtype instead
+            q = q.to(k_buf_ptr.dtype.element_ty)
         m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
         l = tl.zeros([BLOCK_H], dtype=tl.float32)
         acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
@@ -66,6 +75,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
             slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
             k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + kv_head * kb_s1 + d[:, None],
                         mask=n_mask[None, :] & (d[:, None] < head_dim), other=0.0)
+            if KV_FP8:
+                k = k.to(q.dtype)
             s = tl.dot(q, k).to(tl.float32) * sm_scale
             s = tl.where(n_mask[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -73,28 +84,68 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
             p = tl.exp(s - m_new[:, None])
             v = tl.load(v_buf_ptr + slots[:, None] * vb_s0 + kv_head * vb_s1 + dv[None, :],
                         mask=n_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+            if KV_FP8:
+                v = v.to(q.dtype)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
             l = l * alpha + tl.sum(p, axis=1)
             m = m_new
+        out = acc / l[:, None]
         if DIRECT_OUT:  # one split per request: this is the final output, no merge pass
+            if CASCADE:  # fold in the prefix partials the cascade kernel wrote before this launch
+                out = _fold_prefix(out, m + tl.log(l), mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, v_head_dim,
+                                   tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2, ml_s0,
+                                   ml_s1)
             tl.store(o_ptr + b * o_s0 + heads[:, None] * o_s1 + dv[None, :],
-                     (acc / l[:, None]).to(o_ptr.dtype.element_ty), mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+                     out.to(o_ptr.dtype.element_ty), mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
         else:
-            out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + split * mo_s2 + dv[None, :]
-            tl.store(out_ptrs, acc / l[:, None], mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
-            tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + split, m + tl.log(l), mask=h_mask)
+            out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (SPLIT_BASE + split) * mo_s2 + dv[None, :]
+            tl.store(out_ptrs, out, mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+            tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + SPLIT_BASE + split, m + tl.log(l), mask=h_mask)
 
 
 @triton.jit
-def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1,
-                         o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _fold_prefix(out, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, v_head_dim, prefix, n_pre, mo_s0, mo_s1,
+                 mo_s2, ml_s0, ml_s1):
+    """Merge a request's own normalized output `out` (log-sum-exp `lse`) with its `n_pre` prefix
+    partials in split slots 0.. (a split is empty when it starts past the prefix)."""
+    num = out
+    den = lse * 0.0 + 1.0
+    mx = lse
+    split_len = tl.cdiv(prefix, tl.maximum(n_pre, 1))
+    for s in range(0, n_pre):
+        if s * split_len < prefix:
+            lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + s, mask=h_mask, other=0.0)
+            o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + s * mo_s2 + dv[None, :],
+                          mask=h_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+            mx_new = tl.maximum(mx, lse_s)
+            a = tl.exp(mx - mx_new)
+            c = tl.exp(lse_s - mx_new)
+            num = num * a[:, None] + o_s * c[:, None]
+            den = den * a + c
+            mx = mx_new
+    return num / den[:, None]
+
+
+@triton.jit
+def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
+                         mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
+                         BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
     num_splits = tl.load(splits_ptr + b).to(tl.int32)
-    split_len = tl.cdiv(seq_len, num_splits)
     s = tl.arange(0, BLOCK_S)
-    valid = (s < num_splits) & (s * split_len < seq_len)
+    if CASCADE:  # slots [0, SPLIT_BASE) hold the prefix [0, P); the request's own splits follow
+        prefix = tl.load(pre_len_ptr + b).to(tl.int32)
+        n_pre = tl.load(n_pre_ptr + b).to(tl.int32)
+        pre_split = tl.cdiv(prefix, tl.maximum(n_pre, 1))
+        own = s - SPLIT_BASE
+        split_len = tl.cdiv(seq_len - prefix, num_splits)
+        valid = tl.where(s < SPLIT_BASE, (s < n_pre) & (s * pre_split < prefix),
+                         (own >= 0) & (own < num_splits) & (own * split_len < seq_len - prefix))
+    else:
+        split_len = tl.cdiv(seq_len, num_splits)
+        valid = (s < num_splits) & (s * split_len < seq_len)
     dv = tl.arange(0, BLOCK_DV)
     lse = tl.load(mid_lse_ptr + b * ml_s0 + head * ml_s1 + s, mask=valid, other=float("-inf"))
     m = tl.max(lse, axis=0)
@@ -159,7 +210,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
                          req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                          num_kv_splits: Union[torch.Tensor, int], sm_scale: float,
                          max_kv_splits: Optional[int] = None, attn_logits: Optional[torch.Tensor] = None,
-                         attn_lse: Optional[torch.Tensor] = None, order: Optional[torch.Tensor] = None) -> None:
+                         attn_lse: Optional[torch.Tensor] = None, order: Optional[torch.Tensor] = None,
+                         cascade: Optional["CascadePlan"] = None, num_sms: Optional[int] = None) -> None:
     """One new token per request attends to its whole context; writes `o`.
 
     q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
@@ -170,6 +222,10 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     scratch buffers (pass static ones under a CUDA graph; allocated when None). `order` (a
     permutation of the batch rows, see `prefix_order`) sets which requests' programs are launched
     side by side; the result does not depend on it.
+
+    With `cascade` (a `cascade_plan` of this batch), each request's shared prefix `[0, pre_len)` is
+    attended once per block of requests by the cascade kernel and `num_kv_splits` splits the rest,
+    `[pre_len, seq_len)`; the scratch then needs `PREFIX_SPLITS + max_kv_splits` split slots.
     """
     head_dim, v_head_dim = k_buffer.shape[-1], v_buffer.shape[-1]
     q3, o3 = _as_heads(q, head_dim), _as_heads(o, v_head_dim)
@@ -182,14 +238,27 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     max_kv_splits = max_kv_splits or 16
     if bs == 0:
         return
+    base = 0
+    if cascade is not None:
+        from radixlm_kernel.cascade_attention import PREFIX_SPLITS
+
+        base = PREFIX_SPLITS
+    slots = base + max_kv_splits
     if attn_logits is None:
-        attn_logits = torch.empty((bs, num_q_heads, max_kv_splits, v_head_dim), dtype=torch.float32, device=q.device)
+        attn_logits = torch.empty((bs, num_q_heads, slots, v_head_dim), dtype=torch.float32, device=q.device)
     if attn_lse is None:
-        attn_lse = torch.empty((bs, num_q_heads, max_kv_splits), dtype=torch.float32, device=q.device)
-    if (attn_logits.shape[0] < bs or attn_logits.shape[1] != num_q_heads or attn_logits.shape[2] < max_kv_splits
-            or attn_lse.shape[0] < bs or attn_lse.shape[1] != num_q_heads or attn_lse.shape[2] < max_kv_splits):
+        attn_lse = torch.empty((bs, num_q_heads, slots), dtype=torch.float32, device=q.device)
+    if (attn_logits.shape[0] < bs or attn_logits.shape[1] != num_q_heads or attn_logits.shape[2] < slots
+            or attn_lse.shape[0] < bs or attn_lse.shape[1] != num_q_heads or attn_lse.shape[2] < slots):
         raise ValueError(f"scratch buffers {tuple(attn_logits.shape)} / {tuple(attn_lse.shape)} do not fit "
-                         f"bs {bs}, {num_q_heads} q heads, {max_kv_splits} splits")
+                         f"bs {bs}, {num_q_heads} q heads, {slots} splits")
+    if cascade is not None:
+        from radixlm_kernel.cascade_attention import cascade_prefix_fwd
+
+        cascade_prefix_fwd(q3, k_buffer, v_buffer, req_to_token, cascade, sm_scale, attn_logits, attn_lse,
+                           num_sms or _num_sms(q.device))
+    pre_len = cascade.pre_len if cascade is not None else seq_lens
+    n_pre = cascade.n_pre if cascade is not None else seq_lens
     group = num_q_heads // num_kv_heads
     direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
     _decode_split_kernel[(bs, num_kv_heads, max_kv_splits)](
@@ -197,13 +266,15 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
         attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1),
-        order if order is not None else seq_lens, group, head_dim, v_head_dim,
+        order if order is not None else seq_lens, pre_len, n_pre, group, head_dim, v_head_dim,
         BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, DIRECT_OUT=direct, HAS_ORDER=order is not None,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=is_fp8(k_buffer.dtype), num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
     if direct:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
-        attn_logits, attn_lse, o3, seq_lens, num_kv_splits, attn_logits.stride(0), attn_logits.stride(1),
-        attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0), o3.stride(1), v_head_dim,
-        BLOCK_S=next_power_of_2(max_kv_splits), BLOCK_DV=next_power_of_2(v_head_dim), num_warps=4)
+        attn_logits, attn_lse, o3, seq_lens, num_kv_splits, pre_len, n_pre, attn_logits.stride(0),
+        attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0),
+        o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
+        CASCADE=cascade is not None, SPLIT_BASE=base, num_warps=4)

@@ -6,6 +6,8 @@ a kernel and its reference agree to rounding. None of them is meant to be fast.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -25,6 +27,29 @@ def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
     gate, up = x.float().chunk(2, dim=-1)
     return (F.silu(gate) * up).to(x.dtype)
+
+
+def linear_gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+             out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    y = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+    return y.to(out_dtype or x.dtype)
+
+
+def rmsnorm_gemv_ref(x: torch.Tensor, residual: Optional[torch.Tensor], norm_weight: torch.Tensor, eps: float,
+                     weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                     out_dtype: Optional[torch.dtype] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(gemv(rmsnorm(h) * norm_weight), h)` with `h = x + residual` rounded to residual's dtype (or x);
+    the normalised input stays float32 (the kernel does not round it)."""
+    h = x if residual is None else (x.float() + residual.float()).to(residual.dtype)
+    hf = h.float()
+    normed = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()
+    return linear_gemv_ref(normed, weight, bias).to(out_dtype or x.dtype), h
+
+
+def silu_mul_gemv_ref(gate_up: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                      out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    return linear_gemv_ref(F.silu(gate) * up, weight, bias).to(out_dtype or gate_up.dtype)
 
 
 def apply_rotary_pos_emb_ref_(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_size: int,

@@ -102,7 +102,9 @@ class CudaGraphRunner:
         self.req_pool_indices[:bs].copy_(forward_batch.req_pool_indices)
         self.seq_lens[:bs].copy_(forward_batch.seq_lens)
         self.out_cache_loc[:bs].copy_(forward_batch.out_cache_loc)
-        seq_lens_cpu = list(forward_batch.seq_lens_cpu) + [1] * (padded - bs)
-        self.model_runner.attn_backend.init_forward_metadata_replay_cuda_graph(self._static_batch(padded, seq_lens_cpu))
+        backend = self.model_runner.attn_backend
+        if backend.plans_replay_on_host:
+            seq_lens_cpu = list(forward_batch.seq_lens_cpu) + [1] * (padded - bs)
+            backend.init_forward_metadata_replay_cuda_graph(self._static_batch(padded, seq_lens_cpu))
         self.graphs[padded].replay()
         return LogitsProcessorOutput(next_token_logits=self.outputs[padded].next_token_logits[:bs])

@@ -77,6 +77,21 @@ class ForwardBatchBuilder:
             seq_lens=torch.tensor(seq_lens, dtype=torch.int64, device=dev),
             out_cache_loc=out_cache_loc, seq_lens_cpu=seq_lens, sampling_info=sampling_info)
 
+    def decode_next(self, last: ForwardBatch, last_token_ids: torch.Tensor) -> ForwardBatch:
+        """The decode step after `last` (a decode or an extend of the same rows), built from its device
+        tensors as the scheduler's steady decode does: one slot allocation and one table write, no
+        host-to-device copies. `last_token_ids` are what `last` sampled."""
+        if last.forward_mode.is_extend() and any(n <= 0 for n in last.extend_seq_lens_cpu):
+            raise ValueError("decode_next needs every row of the extend to have new tokens")
+        out_cache_loc = self._alloc(last.batch_size)
+        positions = last.seq_lens
+        self.req_to_token_pool.req_to_token[last.req_pool_indices, positions] = out_cache_loc.to(torch.int32)
+        return ForwardBatch(
+            forward_mode=ForwardMode.DECODE, batch_size=last.batch_size,
+            input_ids=last_token_ids.view(-1).to(torch.int64), positions=positions,
+            req_pool_indices=last.req_pool_indices, seq_lens=last.seq_lens + 1, out_cache_loc=out_cache_loc,
+            seq_lens_cpu=[n + 1 for n in last.seq_lens_cpu], sampling_info=last.sampling_info)
+
     def release(self, rows: list[int], seq_lens: list[int]) -> None:
         """Free the KV slots and rows of finished requests."""
         table = self.req_to_token_pool.req_to_token

@@ -143,7 +143,8 @@ class ModelRunner:
 
 
 def _kv_cache_dtype(flag: str, model_dtype: torch.dtype) -> torch.dtype:
-    choices = {"auto": model_dtype, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    choices = {"auto": model_dtype, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+               "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}  # fp8: values stored unscaled
     if flag not in choices:
         raise ValueError(f"--kv-cache-dtype must be one of {list(choices)}, got {flag!r}")
     return choices[flag]

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from radixlm.layers.activation import SiluAndMul
 from radixlm.layers.layernorm import RMSNorm
 from radixlm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from radixlm.layers.logits_processor import LogitsProcessor, LogitsProcessorOutput
@@ -35,10 +34,11 @@ class LlamaMLP(nn.Module):
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [inter, inter], bias=bias,
                                                        tp_rank=tp_rank, tp_size=tp_size)
         self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=bias, tp_rank=tp_rank, tp_size=tp_size)
-        self.act_fn = SiluAndMul()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(mlp(norm(x + residual)), x + residual)`: the norm runs inside gate_up, SiLU-and-mul inside down."""
+        gate_up, residual = self.gate_up_proj.forward_normed(x, residual, norm)
+        return self.down_proj.forward_silu_mul(gate_up), residual
 
 
 class LlamaAttention(nn.Module):
@@ -65,16 +65,18 @@ class LlamaAttention(nn.Module):
         """Hook before rotary embedding (Qwen3 normalises q/k here)."""
         return q, k
 
-    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor,
-                forward_batch: "ForwardBatch") -> torch.Tensor:
-        qkv = self.qkv_proj(hidden_states)
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
+                residual: Optional[torch.Tensor], norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(attention(norm(hidden_states + residual)), hidden_states + residual)`, the norm inside the QKV
+        projection; residual None (the first layer) normalises hidden_states alone and returns it as residual."""
+        qkv, residual = self.qkv_proj.forward_normed(hidden_states, residual, norm)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.prepare_qk(q, k)
         # on CUDA one kernel rotates q/k in place inside qkv and writes k/v into the pool: no copies
         if self.rotary_emb.forward_and_store_kv(positions, q, k, v, self.attn.kv_store_target(forward_batch)):
-            return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=False))
+            return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=False)), residual
         q, k = self.rotary_emb(positions, q.contiguous(), k.contiguous())
-        return self.o_proj(self.attn(q, k, v.contiguous(), forward_batch))
+        return self.o_proj(self.attn(q, k, v.contiguous(), forward_batch)), residual
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -88,14 +90,10 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = hidden_states
-            hidden_states = self.input_layernorm(hidden_states)
-        else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
-        hidden_states = self.self_attn(positions, hidden_states, forward_batch)
-        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
-        return self.mlp(hidden_states), residual
+        """The residual stream is carried un-normalised; each norm runs inside the projection after it."""
+        hidden_states, residual = self.self_attn(positions, hidden_states, forward_batch, residual,
+                                                 self.input_layernorm)
+        return self.mlp(hidden_states, residual, self.post_attention_layernorm)
 
 
 class LlamaModel(nn.Module):
@@ -107,12 +105,14 @@ class LlamaModel(nn.Module):
                                     for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: "ForwardBatch") -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: "ForwardBatch"
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The last layer's (hidden_states, residual): `self.norm` of their sum is left to the logits
+        processor, which folds it into the LM head."""
         hidden_states, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
             hidden_states, residual = layer(positions, hidden_states, forward_batch, residual)
-        hidden_states, _ = self.norm(hidden_states, residual)
-        return hidden_states
+        return hidden_states, residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -133,8 +133,8 @@ class LlamaForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 forward_batch: "ForwardBatch") -> LogitsProcessorOutput:
-        hidden_states = self.model(input_ids, positions, forward_batch)
-        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch)
+        hidden_states, residual = self.model(input_ids, positions, forward_batch)
+        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch, residual, self.model.norm)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors; a tied checkpoint's `lm_head.weight` (if present) is skipped."""

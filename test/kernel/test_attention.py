@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import (compute_num_kv_splits, decode_attention_fwd, decode_attention_multi_fwd, extend_attention_fwd,
+from radixlm_kernel import (compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd,
                             prefix_order)
 from radixlm_kernel.reference import decode_attention_ref, extend_attention_ref
 
@@ -128,22 +128,28 @@ def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dic
     torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("group", [1, 4, 8])
-def test_decode_attention_multi_request(device: str, dtype: torch.dtype, tol: dict, group: int) -> None:
-    """Several requests per program: shared-prefix blocks (one load for all), private blocks, uneven
-    lengths and a partial last program give the reference result."""
-    torch.manual_seed(4)
-    kv_heads, head_dim = 2, 64
-    seq_lens = [150, 70, 150, 129, 64, 1, 200]
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_pool(device: str, dtype: torch.dtype, tol: dict, fp8: torch.dtype) -> None:
+    """An fp8 KV pool (--kv-cache-dtype fp8_*): the kernels read it up to q's dtype, so they match the
+    reference on the same stored values; the store rounds into the pool's format."""
+    torch.manual_seed(3)
+    kv_heads, head_dim, group = 2, 64, 4
+    seq_lens = [300, 17]
     k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
-    for i in (2, 3, 6):  # rows 0, 2, 3 and 6 share row 0's first 128 slots (two whole blocks)
-        req_to_token[rows[i], :128] = req_to_token[rows[0], :128]
+    k_buf, v_buf = k_buf.to(fp8), v_buf.to(fp8)
     bs, hq = len(seq_lens), kv_heads * group
-    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
     lens = torch.tensor(seq_lens, device=device)
-    order = prefix_order(req_to_token, rows)
-    o = torch.empty_like(q)
-    decode_attention_multi_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, head_dim ** -0.5, order)
-    ref = torch.empty_like(q).view(bs, hq, head_dim)
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    o, ref = torch.empty_like(q), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 4, head_dim ** -0.5)
     decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+    new = 5  # extend: the last 5 tokens of each request are new, the rest read from the fp8 pool
+    qe = torch.randn(bs * new, hq, head_dim, device=device, dtype=dtype)
+    ke = torch.randn(bs * new, kv_heads, head_dim, device=device, dtype=dtype)
+    ve = torch.randn_like(ke)
+    args = (req_to_token, rows, lens, torch.full((bs,), new, device=device), torch.arange(bs, device=device) * new)
+    oe, refe = torch.empty_like(qe), torch.empty_like(qe)
+    extend_attention_fwd(qe, ke, ve, oe, k_buf, v_buf, *args, new, head_dim ** -0.5)
+    extend_attention_ref(qe, ke, ve, refe, k_buf, v_buf, *args, head_dim ** -0.5)
+    torch.testing.assert_close(oe, refe, **tol)

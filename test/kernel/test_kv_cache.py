@@ -36,3 +36,19 @@ def test_store_kv_cache_from_qkv_slices(device: str, dtype: torch.dtype) -> None
     loc = torch.tensor([3, 1, 7, 5], device=device)
     store_kv_cache(k_buf, v_buf, loc, k, v)
     assert torch.equal(k_buf[loc], k.float()) and torch.equal(v_buf[loc], v.float())
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_store_into_fp8_pool(device: str, dtype: torch.dtype, fp8: torch.dtype) -> None:
+    """--kv-cache-dtype fp8_*: the store rounds into the pool's format, as a torch cast does."""
+    if device == "cpu":  # seen: the interpreter rounds 7.96 down to 4.0 in fp8 (a binade edge); the GPU casts right
+        pytest.skip("Triton's interpreter converts fp32 to fp8 wrongly at binade edges")
+    torch.manual_seed(1)
+    k_buf = torch.zeros(16, 2, 64, device=device, dtype=fp8)
+    v_buf = torch.zeros_like(k_buf)
+    loc = torch.tensor([9, 2, 14], device=device)
+    k = torch.randn(3, 2, 64, device=device, dtype=dtype) * 4
+    v = torch.randn_like(k)
+    store_kv_cache(k_buf, v_buf, loc, k, v)
+    assert k_buf.dtype == fp8
+    assert torch.equal(k_buf[loc].float(), k.to(fp8).float()) and torch.equal(v_buf[loc].float(), v.to(fp8).float())

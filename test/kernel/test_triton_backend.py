@@ -25,9 +25,9 @@ Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 1, 32, 2
 class Harness:
     """One request table and allocator; two KV pools, one per backend."""
 
-    def __init__(self, device: str, dtype: torch.dtype) -> None:
+    def __init__(self, device: str, dtype: torch.dtype, rows: int = 4) -> None:
         self.device, self.dtype = device, dtype
-        self.req_to_token_pool = ReqToTokenPool(4, 512, device)
+        self.req_to_token_pool = ReqToTokenPool(rows, 512, device)
         self.allocator = TokenToKVPoolAllocator(1024, device)
         self.runners = {name: self._runner() for name in ("torch_native", "triton")}
         self.backends = {name: create_attention_backend(name, r) for name, r in self.runners.items()}
@@ -39,6 +39,11 @@ class Harness:
         config = SimpleNamespace(num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM)
         return SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=self.req_to_token_pool,
                                model_config=config, device=torch.device(self.device))
+
+    def share(self, src: int, dst: int, n: int) -> None:
+        """Row `dst` starts with the first `n` slots of row `src`, as a radix-cache hit hands out."""
+        self.req_to_token_pool.write(dst, 0, self.req_to_token_pool.req_to_token[src, :n].long())
+        self.lens[dst] = n
 
     def batch(self, mode: ForwardMode, rows: list[int], new: list[int]) -> ForwardBatch:
         prefix = [self.lens.get(r, 0) for r in rows]
@@ -108,16 +113,40 @@ def test_capture_requires_graph_state(device: str, dtype: torch.dtype) -> None:
             h.batch(ForwardMode.DECODE, [0], [1]))
 
 
-@pytest.mark.parametrize("multi", [True, False])
-def test_decode_kernel_choice(device: str, dtype: torch.dtype, tol: dict, multi: bool) -> None:
-    """A batch that fills the GPU unsplit takes the several-requests-per-program kernel (when enabled);
-    both kernels give torch_native's result, eager and through the graph hooks."""
+def test_unsplit_decode(device: str, dtype: torch.dtype, tol: dict) -> None:
+    """A batch that fills the GPU unsplit (here: no SMs to fill) writes its output from the split kernel,
+    with no merge pass; torch_native's result, eager and through the graph hooks."""
     torch.manual_seed(5)
     h = Harness(device, dtype)
     triton = h.backends["triton"]
-    triton.num_sms, triton.multi_enabled = 0, multi  # no SMs to fill: any batch counts as large
+    triton.num_sms = 0
     h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1, 3], [40, 7, 70, 64]), tol)
-    assert triton._use_multi(4) is multi
+    assert triton._grid_splits(4) == 1
     h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol)
     triton.init_cuda_graph_state(max_bs=8)
     h.run(h.batch(ForwardMode.DECODE, [2, 0, 1, 3], [1, 1, 1, 1]), tol, graph_hook="capture")
+
+
+def test_cascade_decode_matches_torch_native(device: str, dtype: torch.dtype, tol: dict) -> None:
+    """A decode batch of 20: 18 requests share a 300-token cached prefix (two cascade blocks at
+    GQA 4), two share nothing. Eager, then through the graph hooks, against torch_native."""
+    torch.manual_seed(7)
+    h = Harness(device, dtype, rows=24)
+    triton = h.backends["triton"]
+    h.run(h.batch(ForwardMode.EXTEND, [0, 18, 19], [300, 40, 270]), tol)
+    for row in range(1, 18):
+        h.share(0, row, 300)
+    rows = list(range(20))
+    h.run(h.batch(ForwardMode.EXTEND, rows[1:18], [1 + r % 4 for r in rows[1:18]]), tol)
+    fb = h.batch(ForwardMode.DECODE, rows, [1] * 20)
+    h.run(fb, tol)
+    plan = triton.forward_metadata.cascade
+    assert plan is not None and plan.num_blocks.item() == 2
+    assert sorted(plan.pre_len.tolist()) == [0, 0] + [300] * 18
+    triton.init_cuda_graph_state(max_bs=24)
+    h.run(h.batch(ForwardMode.DECODE, rows, [1] * 20), tol, graph_hook="capture")
+    assert triton.forward_metadata.cascade is not None
+    h.run(h.batch(ForwardMode.DECODE, rows, [1] * 20), tol, graph_hook="replay")
+    triton.cascade_enabled = False
+    h.run(h.batch(ForwardMode.DECODE, rows, [1] * 20), tol)
+    assert triton.forward_metadata.cascade is None

@@ -80,3 +80,53 @@ def test_tiny_model_greedy_parity_on_cuda(kind: str, backend: str, tmp_path) -> 
                             eos_token_id=None, pad_token_id=0)[0, len(p):].tolist() for p in prompts]
     assert generate_static_batch(runner, prompts, 16) == expected
     assert generate_static_batch(runner, prompts, 16, split_at=[1, 20, 100, 150]) == expected
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_shared_prefix_decode_matches_hf(graphs: bool, tmp_path) -> None:
+    """20 requests whose rows share one 300-token prefix's KV slots (as radix-cache hits do) decode
+    through the cascade path (eager, and in a CUDA graph padded to 24), fed HF's greedy tokens: the
+    logits of every step match HF's (float32; the Triton dots run in tf32) and the plain path's."""
+    from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder
+    from radixlm.model_executor.model_runner import ModelRunner
+    from radixlm.server_args import ServerArgs
+
+    cfg = LlamaConfig(**COMMON, architectures=["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    hf.save_pretrained(str(tmp_path))
+    hf = hf.cuda()
+    runner = ModelRunner(ServerArgs(model_path=str(tmp_path), device="cuda", dtype="float32", max_total_tokens=8192,
+                                    attention_backend="triton", disable_cuda_graph=not graphs).resolved())
+    g = torch.Generator().manual_seed(2)
+    prefix = torch.randint(0, 512, (300,), generator=g).tolist()
+    own = [torch.randint(0, 512, (1 + i % 5,), generator=g).tolist() for i in range(20)]
+    steps = 8
+    hf_tokens, hf_logits = [], []
+    for o in own:
+        ids = torch.tensor([prefix + o], device="cuda")
+        seq = hf.generate(ids, do_sample=False, max_new_tokens=steps, eos_token_id=None, pad_token_id=0)
+        hf_tokens.append(seq[0, ids.shape[1]:])
+        hf_logits.append(hf(seq).logits[0, ids.shape[1] - 1:-1].float())  # the logits that chose each token
+
+    def decode(cascade: bool) -> torch.Tensor:
+        runner.attn_backend.cascade_enabled = cascade
+        builder = ForwardBatchBuilder.for_runner(runner)
+        rows = runner.req_to_token_pool.alloc(20)
+        runner.forward(builder.extend(rows[:1], [0], [prefix]))
+        table = runner.req_to_token_pool.req_to_token
+        for row in rows[1:]:
+            runner.req_to_token_pool.write(row, 0, table[rows[0], :300].long())
+        fb = builder.extend(rows, [300] * 20, own)
+        logits = [runner.forward_logits(fb).next_token_logits.float().clone()]  # a replay reuses its output
+        for t in range(1, steps):  # teacher-forced with HF's tokens: no divergence to chase
+            fb = builder.decode_next(fb, torch.stack([tok[t - 1] for tok in hf_tokens]))
+            logits.append(runner.forward_logits(fb).next_token_logits.float().clone())
+            if not graphs:
+                assert (runner.attn_backend.forward_metadata.cascade is not None) == cascade
+        return torch.stack(logits, dim=1)  # [20, steps, vocab]
+
+    with_cascade = decode(True)  # the graphs were captured with the cascade on (the default)
+    torch.testing.assert_close(with_cascade, torch.stack(hf_logits), atol=2e-2, rtol=2e-2)
+    if not graphs:
+        torch.testing.assert_close(with_cascade, decode(False), atol=2e-3, rtol=2e-3)

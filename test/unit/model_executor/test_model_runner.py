@@ -63,3 +63,51 @@ def test_logprobs_match_log_softmax_of_hf_logits(tiny_dir: str) -> None:
 def test_unknown_attention_backend_is_named(tiny_dir: str) -> None:
     with pytest.raises(ValueError, match="nonsense"):
         make_runner(tiny_dir, attention_backend="nonsense", max_total_tokens=64)
+
+
+def test_decode_next_follows_the_static_batch(tiny_dir: str) -> None:
+    """The steady decode step built from the last batch's device tensors (bench_one_batch's) gives the
+    tokens and the req_to_token rows of the list-built one, and refuses an extend row with no tokens."""
+    from radixlm.model_executor.forward_batch_builder import generate_static_batch
+
+    runner = make_runner(tiny_dir, max_total_tokens=2048)
+    prompts = [[5, 9, 33, 100, 7], [1, 2, 3]]
+    want = generate_static_batch(runner, prompts, 6)
+    builder = ForwardBatchBuilder.for_runner(runner)
+    rows = runner.req_to_token_pool.alloc(2)
+    fb = builder.extend(rows, [0, 0], prompts)
+    out = runner.forward(fb)
+    tokens = [out.next_token_ids]
+    for _ in range(5):
+        fb = builder.decode_next(fb, out.next_token_ids)
+        out = runner.forward(fb)
+        tokens.append(out.next_token_ids)
+    assert torch.stack(tokens, dim=1).tolist() == want
+    assert fb.seq_lens.tolist() == fb.seq_lens_cpu == [10, 8]
+    table = runner.req_to_token_pool.req_to_token
+    assert len(set(table[rows[0], :10].tolist()) | set(table[rows[1], :8].tolist())) == 18  # distinct slots
+    builder.release(rows, fb.seq_lens_cpu)
+    assert runner.token_to_kv_pool_allocator.available_size() == 2048
+    empty = builder.extend(runner.req_to_token_pool.alloc(1), [0], [[]])
+    with pytest.raises(ValueError, match="new tokens"):
+        builder.decode_next(empty, torch.zeros(1, dtype=torch.int64))
+
+
+def test_fp8_kv_cache_flag(tiny_dir: str) -> None:
+    """--kv-cache-dtype fp8_e4m3: an fp8 pool (half the bytes of bf16 per token), logits near the
+    float32 pool's; an unknown value is refused by name."""
+    prompts = [[5, 9, 33, 100, 7, 8, 200, 3], [1, 2, 3]]
+    logits = {}
+    for kv in ("auto", "fp8_e4m3"):
+        runner = make_runner(tiny_dir, max_total_tokens=512, kv_cache_dtype=kv)
+        builder = ForwardBatchBuilder.for_runner(runner)
+        fb = builder.extend(runner.req_to_token_pool.alloc(2), [0, 0], prompts)
+        out = runner.forward(fb)
+        logits[kv] = runner.forward_logits(builder.decode_next(fb, out.next_token_ids)).next_token_logits
+        if kv != "auto":
+            assert runner.token_to_kv_pool.k_buffer[0].dtype == torch.float8_e4m3fn
+            assert runner.kv_bytes_per_token() * 4 == make_runner(tiny_dir, max_total_tokens=8).kv_bytes_per_token()
+    scale = logits["auto"].std().item()
+    assert (logits["fp8_e4m3"] - logits["auto"]).abs().max().item() < 0.1 * scale
+    with pytest.raises(ValueError, match="kv-cache-dtype"):
+        make_runner(tiny_dir, kv_cache_dtype="int4")
