@@ -49,4 +49,9 @@ def decode_cascade() -> bool:
 def fused_gemv_max_tokens(default: int) -> int:
     """RADIXLM_FUSED_GEMV_MAX_TOKENS=N: batches of at most N tokens (N <= 16) take the fused small-batch GEMV
     kernels (norm / SiLU-and-mul folded into the matmul) on CUDA; 0 turns them off (for A/B runs)."""
-    return int(_get("FUSED_GEMV_MAX_TOKENS", str(default)))
+    value = _get("FUSED_GEMV_MAX_TOKENS", str(default))
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"RADIXLM_FUSED_GEMV_MAX_TOKENS must be an integer (0 turns the fused GEMVs off), "
+                         f"got {value!r}") from None

@@ -1,0 +1,24 @@
+"""The RADIXLM_ switches read in radixlm/environ.py: defaults, values, and a clear error for a bad one."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixlm import environ
+
+
+def test_decode_cascade_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_DECODE_CASCADE", raising=False)
+    assert environ.decode_cascade() is True
+    monkeypatch.setenv("RADIXLM_DECODE_CASCADE", "0")
+    assert environ.decode_cascade() is False
+
+
+def test_fused_gemv_max_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_FUSED_GEMV_MAX_TOKENS", raising=False)
+    assert environ.fused_gemv_max_tokens(0) == 0
+    monkeypatch.setenv("RADIXLM_FUSED_GEMV_MAX_TOKENS", "8")
+    assert environ.fused_gemv_max_tokens(0) == 8
+    monkeypatch.setenv("RADIXLM_FUSED_GEMV_MAX_TOKENS", "eight")
+    with pytest.raises(ValueError, match="RADIXLM_FUSED_GEMV_MAX_TOKENS must be an integer"):
+        environ.fused_gemv_max_tokens(0)
