@@ -97,6 +97,60 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
         torch.cuda.empty_cache()
 
 
+def run_decode_fp8(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, bool]]) -> None:
+    """The decode kernel over an fp8_e4m3 pool, one config per tuple of `knobs`' values."""
+    knobs = ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_VIA_F16")
+    default = tuple(getattr(dec, k) for k in knobs)
+    print("\n## decode attention, fp8_e4m3 K/V (us per layer call; TB/s of fp8 K+V read)")
+    print(f"| bs x ctx | default {default} | best | best config {knobs} | bf16 pool, default knobs |")
+    print("|---|---|---|---|---|")
+    for bs, ctx in cases:
+        kb16, vb16, r2t, rows = pool([ctx] * bs)
+        kb, vb = kb16.to(torch.float8_e4m3fn), vb16.to(torch.float8_e4m3fn)
+        lens = torch.full((bs,), ctx, device=DEV)
+        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+        o = torch.empty_like(q)
+        grid, splits, logits, lse = decode_launch(lens)
+        checked = bs * ctx <= 300_000
+        if checked:
+            ref = torch.empty_like(q)
+            R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
+        t16 = bench(lambda: K.decode_attention_fwd(q, kb16, vb16, o, r2t, rows, lens, splits, D ** -0.5, grid,
+                                                   logits, lse))
+        del kb16, vb16
+        nbytes = 2 * bs * ctx * HKV * D
+        results, errors = {}, {}
+        for cfg in configs:
+            for name, value in zip(knobs, cfg):
+                setattr(dec, name, value)
+
+            def fn() -> None:
+                K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
+
+            try:
+                ms = bench(fn)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
+                print(f"  skip {cfg}: {type(e).__name__}")
+                continue
+            if checked:
+                errors[cfg] = (o.float() - ref.float()).abs().max().item()
+            results[cfg] = ms
+        for name, value in zip(knobs, default):
+            setattr(dec, name, value)
+        best = min(results, key=results.get)
+        d_ms = results.get(default, float("nan"))
+        print(f"| {bs} x {ctx} | {d_ms * 1e3:.1f} us ({nbytes / d_ms / 1e9:.2f} TB/s) | "
+              f"{results[best] * 1e3:.1f} us ({nbytes / results[best] / 1e9:.2f} TB/s) | {best} | "
+              f"{t16 * 1e3:.1f} us |", flush=True)
+        via_bf16 = [c for c in results if not c[3]]
+        if via_bf16:
+            c = min(via_bf16, key=results.get)
+            err = f", max error vs the fp32 reference {errors[c]:.2e}" if c in errors else ""
+            print(f"  best reading up to bf16 instead: {results[c] * 1e3:.1f} us at {c}{err}", flush=True)
+        del kb, vb
+        torch.cuda.empty_cache()
+
+
 def shared_pool(groups: int, per_group: int, prefix: int, suffix: int
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Requests in groups sharing their first `prefix` slots (as the radix cache hands them out), in a
@@ -259,8 +313,15 @@ def main() -> None:
     parser.add_argument("--extend", default="1x0x8192,4x0x2048,1x4096x4096,16x2048x128,8x0x512")
     parser.add_argument("--quick", action="store_true", help="a few configs only")
     parser.add_argument("--shared-only", action="store_true", help="only the shared-prefix decode cases")
+    parser.add_argument("--fp8-only", action="store_true", help="only the decode kernel over an fp8 pool")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.fp8_only:
+        f8 = [(bn, w, st, f16) for bn, w, st, f16 in itertools.product([64, 128, 256], [2, 4, 8], [2, 3, 4],
+                                                                       [False, True])]
+        default_f8 = (dec.FP8_BLOCK_N, dec.FP8_NUM_WARPS, dec.FP8_NUM_STAGES, dec.FP8_VIA_F16)
+        run_decode_fp8(decode_cases(args.decode), [default_f8] + [c for c in f8 if c != default_f8])
+        return
     dconfigs = [(bn, w, st, occ) for bn, w, st in itertools.product([32, 64, 128], [2, 4, 8], [1, 2, 3])
                 for occ in [2]] + [(64, 4, 2, 1), (64, 4, 2, 4), (32, 4, 2, 4), (64, 2, 3, 1), (64, 2, 3, 4)]
     econfigs = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 2), (64, 64, 4, 3),

@@ -13,7 +13,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 MODEL=.models/llama-3.1-8b
 
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl >"$OUT/install.log" 2>&1
-export PYTHONPATH=$PWD/.site:$PWD/sgl-kernel:${PYTHONPATH:-}
+export PYTHONPATH=$PWD/.site:$PWD/sgl-kernel:${PYTHONPATH:-} PATH=$PWD/.site/bin:$PATH
+export RADIXLM_CUDA_EXT_DIR=${RADIXLM_CUDA_EXT_DIR:-$PWD/.ext}  # the CUDA GEMV build (carry .ext to reuse it)
 python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$OUT/install.log" 2>&1
 python3 -c "import radixlm, radixlm_kernel, torch; print('import ok', torch.__version__, torch.cuda.get_device_name())" \
   || { tail -20 "$OUT/install.log"; exit 1; }
@@ -86,14 +87,22 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
-    online) python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
-                 --port 30000 --log-level warning >"$OUT/server.log" 2>&1 &
+    online|online_trace)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags) may be set
+            [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace.jsonl"
+            python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
+                 --port 30000 --log-level warning ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
             for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
-            step online 300 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
-                 --tokenizer $MODEL --dataset-name random --num-prompts 100 --random-input-len 4096 \
+            step $what 300 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
+                 --tokenizer $MODEL --dataset-name random --num-prompts ${ONLINE_PROMPTS:-100} --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --request-rate 1 --tokenize-prompt \
-                 --disable-tqdm --output-file "$OUT/online.jsonl"
-            kill %1; wait ;;
+                 --disable-tqdm --output-file "$OUT/$what.jsonl"
+            kill %1; wait
+            if [ $what = online_trace ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
+              unset RADIXLM_STEP_TRACE; fi ;;
+    cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py
+               mkdir -p "$OUT/ext"; cp "$RADIXLM_CUDA_EXT_DIR"/*.so "$OUT/ext/" 2>/dev/null ;;
+    fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
+                 --decode ${FP8_CASES:-1x4096,8x2048,64x2048,192x2560,512x2300} ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;
     *) echo "unknown step $what" ;;

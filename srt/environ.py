@@ -55,3 +55,9 @@ def fused_gemv_max_tokens(default: int) -> int:
     except ValueError:
         raise ValueError(f"RADIXLM_FUSED_GEMV_MAX_TOKENS must be an integer (0 turns the fused GEMVs off), "
                          f"got {value!r}") from None
+
+
+def step_trace_path() -> str | None:
+    """RADIXLM_STEP_TRACE=FILE: the overlap loop appends one JSON line per batch to FILE (host build,
+    wait and processing times; on CUDA the device time and the idle gap before each batch)."""
+    return _get("STEP_TRACE") or None

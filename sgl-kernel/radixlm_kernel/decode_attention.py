@@ -31,6 +31,15 @@ NUM_WARPS = 2
 NUM_STAGES = 3
 MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the parallelism gains
 OCCUPANCY = 2  # aim for this many split programs per SM
+# fp8 pools: a tile of BLOCK_N tokens is half the bytes, so they get their own knobs. FP8_VIA_F16 reads
+# K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
+# On an H200: 2.0 -> 2.8 TB/s of fp8 K/V at bs 192-512 (`gpu_kernel_sweep.py --fp8-only`). The sweep's
+# uniform lengths preferred 128-token tiles, but on the offline CI workload they were slower (32.5 against
+# 27.9 ms per decode step); prefetching the next tile into registers and an fp8 q.k product both lost.
+FP8_BLOCK_N = 64
+FP8_NUM_WARPS = 2
+FP8_NUM_STAGES = 3
+FP8_VIA_F16 = True
 
 
 @triton.jit
@@ -40,7 +49,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          group, head_dim, v_head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr,
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
-                         KV_FP8: tl.constexpr):
+                         KV_FP8: tl.constexpr, VIA_F16: tl.constexpr):
     if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
         b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
     else:
@@ -64,7 +73,9 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
         dv = tl.arange(0, BLOCK_DV)
         q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :],
                     mask=h_mask[:, None] & (d[None, :] < head_dim), other=0.0)
-        if not KV_FP8:  # fp8 pools are read up to q's dtype instead
+        if VIA_F16:  # an fp8 pool read up to float16
+            q = q.to(tl.float16)
+        elif not KV_FP8:  # fp8 pools are read up to q's dtype instead
             q = q.to(k_buf_ptr.dtype.element_ty)
         m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
         l = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -261,6 +272,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     n_pre = cascade.n_pre if cascade is not None else seq_lens
     group = num_q_heads // num_kv_heads
     direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
+    fp8 = is_fp8(k_buffer.dtype)
+    block_n, warps, stages = (FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES) if fp8 else (BLOCK_N, NUM_WARPS, NUM_STAGES)
     _decode_split_kernel[(bs, num_kv_heads, max_kv_splits)](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
@@ -268,9 +281,9 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1),
         order if order is not None else seq_lens, pre_len, n_pre, group, head_dim, v_head_dim,
         BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
-        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=BLOCK_N, DIRECT_OUT=direct, HAS_ORDER=order is not None,
-        CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=is_fp8(k_buffer.dtype), num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
+        CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16, num_warps=warps,
+        num_stages=stages)
     if direct:
         return
     _decode_merge_kernel[(bs, num_q_heads)](

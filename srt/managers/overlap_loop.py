@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
+from radixlm import environ
 from radixlm.managers.forward_batch_builder import build_decode
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
+from radixlm.managers.step_trace import GpuSpan, open_step_trace
 from radixlm.model_executor.forward_batch import ForwardMode
 
 if TYPE_CHECKING:
@@ -40,6 +43,8 @@ class InFlight:
     batch: ScheduleBatch
     future: Future
     deferred: list[Callable[[], None]] = field(default_factory=list)  # releases to run once it is done
+    build_s: float = 0.0  # host time spent planning it (the step trace's)
+    span: Optional[GpuSpan] = None  # device events around its forward (step trace on CUDA)
 
 
 class ForwardThread:
@@ -55,14 +60,16 @@ class ForwardThread:
         self.thread = threading.Thread(target=self._run, name="forward-thread", daemon=True)
         self.thread.start()
 
-    def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, Any, Any]]) -> Future:
-        """`resolve` = (previous batch's future, dst rows, src rows): index tensors, or slices for all rows."""
+    def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, Any, Any]],
+               span: Optional[GpuSpan] = None) -> Future:
+        """`resolve` = (previous batch's future, dst rows, src rows): index tensors, or slices for all rows;
+        `span`: events to record around the forward (the step trace)."""
         fut: Future = Future()
         ready = None
         if self.stream is not None:  # the batch's inputs were made on the scheduler's stream
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(self.device))
-        self.jobs.put((forward_batch, resolve, fut, ready))
+        self.jobs.put((forward_batch, resolve, fut, ready, span))
         return fut
 
     def _run(self) -> None:
@@ -70,15 +77,20 @@ class ForwardThread:
             torch.cuda.set_device(self.device)
             torch.cuda.set_stream(self.stream)
         while True:
-            forward_batch, resolve, fut, ready = self.jobs.get()
+            forward_batch, resolve, fut, ready, span = self.jobs.get()
             if ready is not None:
                 self.stream.wait_event(ready)
+            if span is not None:
+                span.start.record()
             try:
                 if resolve is not None:
                     prev_future, dst, src = resolve
                     prev_ids = prev_future.result().forward_output.next_token_ids
                     forward_batch.input_ids[dst] = prev_ids[src].to(forward_batch.input_ids.dtype)
-                fut.set_result(self.forward(forward_batch))
+                out = self.forward(forward_batch)
+                if span is not None:
+                    span.end.record()
+                fut.set_result(out)
             except BaseException as e:  # noqa: BLE001 - re-raised on the scheduler thread
                 fut.set_exception(e)
 
@@ -92,6 +104,7 @@ class OverlapLoop:
         self.lag_checked: list[Req] = []  # running requests last found free of grammar and penalty rows
         self.blocked_at: Optional[tuple[int, ...]] = None  # _admission_signature() when admission last failed
         self.lagged_steps = 0
+        self.trace = open_step_trace(environ.step_trace_path(), scheduler.model_runner.device)
 
     def run(self) -> None:
         s = self.s
@@ -100,13 +113,16 @@ class OverlapLoop:
             if self.in_flight is not None and not self._can_lag():
                 self.drain()
             tried_admission = self.in_flight is None
+            t0 = time.perf_counter()
             batch, resolve = self._next_batch()
             self._note_admission(tried_admission, batch)
             launched = None
             if batch is not None:
                 s.idle_checked = False
                 s.tp_guard.check(batch)  # before launch: every rank about to run the same batch
-                launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve))
+                span = self.trace.span() if self.trace is not None else None
+                launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve, span),
+                                    build_s=time.perf_counter() - t0, span=span)
                 if self.in_flight is not None:
                     s.stats.overlapped_steps += 1
                     s.stats.overlapped_steps_with_queue += bool(s.waiting_queue)
@@ -189,15 +205,23 @@ class OverlapLoop:
         return batch, resolve
 
     def _process(self, flight: InFlight, keep_deferred_for: Optional[InFlight]) -> None:
+        t0 = time.perf_counter()
         result = flight.future.result()
+        if result.host_copy_event is not None and self.trace is not None:
+            result.host_copy_event.synchronize()  # so the trace's wait covers the device, not the processing
+        t1 = time.perf_counter()
         for release in flight.deferred:
             release()
         if keep_deferred_for is None:
             self.s.process_batch_result(flight.batch, result)
-            return
-        with self.s.kv.deferred_frees() as deferred:
-            self.s.process_batch_result(flight.batch, result)
-        keep_deferred_for.deferred.extend(deferred)
+        else:
+            with self.s.kv.deferred_frees() as deferred:
+                self.s.process_batch_result(flight.batch, result)
+            keep_deferred_for.deferred.extend(deferred)
+        if self.trace is not None:
+            fb = flight.batch.forward_batch
+            self.trace.record(flight.batch.forward_mode.name.lower(), fb.batch_size, int(fb.input_ids.shape[0]),
+                              flight.build_s, t1 - t0, time.perf_counter() - t1, flight.span)
 
     def drain(self) -> None:
         flight, self.in_flight = self.in_flight, None

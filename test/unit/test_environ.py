@@ -22,3 +22,12 @@ def test_fused_gemv_max_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RADIXLM_FUSED_GEMV_MAX_TOKENS", "eight")
     with pytest.raises(ValueError, match="RADIXLM_FUSED_GEMV_MAX_TOKENS must be an integer"):
         environ.fused_gemv_max_tokens(0)
+
+
+def test_step_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_STEP_TRACE", raising=False)
+    assert environ.step_trace_path() is None
+    monkeypatch.setenv("RADIXLM_STEP_TRACE", "")
+    assert environ.step_trace_path() is None
+    monkeypatch.setenv("RADIXLM_STEP_TRACE", "/tmp/trace.jsonl")
+    assert environ.step_trace_path() == "/tmp/trace.jsonl"

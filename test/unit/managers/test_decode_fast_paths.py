@@ -13,6 +13,10 @@ contract, and no KV slot may leak.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -117,9 +121,9 @@ def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop
         m.setattr(scheduler_module, "SchedulerIO", InProcessIO)
         submit = ForwardThread.submit
 
-        def counting_submit(self: ForwardThread, forward_batch: ForwardBatch, resolve: Any) -> Any:
+        def counting_submit(self: ForwardThread, forward_batch: ForwardBatch, resolve: Any, *rest: Any) -> Any:
             counts["lagged"] += resolve is not None  # launched before the previous batch's tokens are known
-            return submit(self, forward_batch, resolve)
+            return submit(self, forward_batch, resolve, *rest)
 
         m.setattr(ForwardThread, "submit", counting_submit)
         advance, try_append = builder_module.advance_decode, SteadyDecode.try_append
@@ -192,3 +196,27 @@ def test_fast_paths_send_exactly_what_rebuilding_sends(tiny_dir: str, smollm2_di
         assert counts["lagged"] > counts["decodes"] // 3, counts
     # the fast paths really ran (not just the rebuild fallbacks)
     assert counts["advanced"] > counts["decodes"] // 3 and counts["steady"] > 0, counts
+
+
+@pytest.mark.timeout(600)
+def test_step_trace_records_every_batch(tiny_dir: str, smollm2_dir: str, monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
+    """RADIXLM_STEP_TRACE: one line per batch the overlap loop ran, with its host times, and a summary table."""
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("RADIXLM_STEP_TRACE", str(trace))
+    _, counts = run(tiny_dir, smollm2_dir, monkeypatch, LOOPS["overlap"], fast=True)
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    kinds = [r["kind"] for r in records]
+    assert kinds.count("decode") == counts["decodes"] and "extend" in kinds
+    prefilled = sum(r["new_tokens"] for r in records if r["kind"] == "extend")
+    assert 0 < prefilled <= sum(len(req.input_ids) for req in workload())  # less the prefix-cache hits
+    assert all(r["new_tokens"] == r["bs"] for r in records if r["kind"] == "decode")
+    for r in records:
+        assert r["build_ms"] >= 0 and r["wait_ms"] >= 0 and r["process_ms"] >= 0 and r["bs"] >= 1
+        assert r["gpu_ms"] is None and r["bubble_ms"] is None  # device times only on CUDA
+    assert all(b["t"] >= a["t"] for a, b in zip(records, records[1:]))
+    script = Path(__file__).resolve().parents[3] / "benchmark" / "step_trace_summary.py"
+    table = subprocess.run([sys.executable, str(script), str(trace)], capture_output=True, text=True, check=True)
+    rows = {line.split("|")[1].strip(): line for line in table.stdout.splitlines()[2:]}
+    assert {"extend", "decode"} <= set(rows), table.stdout
+    assert f"| decode | {kinds.count('decode') - (kinds[0] == 'decode')} |" in rows["decode"]
