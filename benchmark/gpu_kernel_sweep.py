@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from typing import Callable
 
 import torch
 import triton.testing
@@ -46,6 +47,23 @@ def bench(fn) -> float:
     return triton.testing.do_bench_cudagraph(fn, rep=30)
 
 
+def time_configs(configs: list[tuple], apply: Callable[[tuple], None], fn: Callable[[], None],
+                 check: Callable[[tuple], None]) -> dict[tuple, float]:
+    """Each config applied in turn and `fn` timed (ms); a config that does not compile (shared memory)
+    is skipped; `check(cfg)` then looks at the output of its last call."""
+    results = {}
+    for cfg in configs:
+        apply(cfg)
+        try:
+            ms = bench(fn)
+        except Exception as e:  # noqa: BLE001 - skipped, named in the log
+            print(f"  skip {cfg}: {type(e).__name__}")
+            continue
+        check(cfg)
+        results[cfg] = ms
+    return results
+
+
 def decode_launch(lens: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
     """What the triton backend hands `decode_attention_fwd` for these lengths, with the current knobs:
     (grid splits, per-request splits, partial-output and log-sum-exp scratch)."""
@@ -72,23 +90,22 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
         ref = torch.empty_like(q)
         R.decode_attention_ref(q, kb, vb, ref, r2t, rows, lens, D ** -0.5) if bs * ctx <= 300_000 else None
         nbytes = 2 * bs * ctx * HKV * D * 2
-        results = {}
-        for cfg in configs:
+        launch: list = []
+
+        def apply(cfg: tuple) -> None:
             dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY = cfg
-            grid, splits, logits, lse = decode_launch(lens)  # the splits follow OCCUPANCY
+            launch[:] = decode_launch(lens)  # the splits follow OCCUPANCY
 
-            def fn() -> None:
-                K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
+        def fn() -> None:
+            grid, splits, logits, lse = launch
+            K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
 
-            try:
-                ms = bench(fn)
-            except Exception as e:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
-                print(f"  skip {cfg}: {type(e).__name__}")
-                continue
+        def check(cfg: tuple) -> None:
             if bs * ctx <= 300_000:
                 torch.testing.assert_close(o, ref, atol=2e-2, rtol=2e-2)
-            results[cfg] = ms
-        dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY = default
+
+        results = time_configs(configs, apply, fn, check)
+        apply(default)
         best = min(results, key=results.get)
         d_ms = results.get(default, float("nan"))
         print(f"| {bs} x {ctx} | {d_ms * 1e3:.1f} us ({nbytes / d_ms / 1e9:.2f} TB/s) | "
@@ -119,24 +136,21 @@ def run_decode_fp8(cases: list[tuple[int, int]], configs: list[tuple[int, int, i
                                                    logits, lse))
         del kb16, vb16
         nbytes = 2 * bs * ctx * HKV * D
-        results, errors = {}, {}
-        for cfg in configs:
+        errors: dict = {}
+
+        def apply(cfg: tuple) -> None:
             for name, value in zip(knobs, cfg):
                 setattr(dec, name, value)
 
-            def fn() -> None:
-                K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
+        def fn() -> None:
+            K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
 
-            try:
-                ms = bench(fn)
-            except Exception as e:  # noqa: BLE001 - a config that does not compile (shared memory) is skipped
-                print(f"  skip {cfg}: {type(e).__name__}")
-                continue
+        def check(cfg: tuple) -> None:
             if checked:
                 errors[cfg] = (o.float() - ref.float()).abs().max().item()
-            results[cfg] = ms
-        for name, value in zip(knobs, default):
-            setattr(dec, name, value)
+
+        results = time_configs(configs, apply, fn, check)
+        apply(default)
         best = min(results, key=results.get)
         d_ms = results.get(default, float("nan"))
         print(f"| {bs} x {ctx} | {d_ms * 1e3:.1f} us ({nbytes / d_ms / 1e9:.2f} TB/s) | "
@@ -283,22 +297,18 @@ def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, 
             ref = torch.empty_like(q)
             R.extend_attention_ref(q, k, v, ref, kb, vb, *args, D ** -0.5)
         flops = 4 * reqs * HQ * D * new * (prefix + new / 2)
-        results = {}
-        for cfg in configs:
+        def apply(cfg: tuple) -> None:
             ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES = cfg
 
-            def fn() -> None:
-                K.extend_attention_fwd(q, k, v, o, kb, vb, *args, new, D ** -0.5)
+        def fn() -> None:
+            K.extend_attention_fwd(q, k, v, o, kb, vb, *args, new, D ** -0.5)
 
-            try:
-                ms = bench(fn)
-            except Exception as e:  # noqa: BLE001
-                print(f"  skip {cfg}: {type(e).__name__}")
-                continue
+        def check(cfg: tuple) -> None:
             if ref is not None:
                 torch.testing.assert_close(o, ref, atol=2e-2, rtol=2e-2)
-            results[cfg] = ms
-        ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES = default
+
+        results = time_configs(configs, apply, fn, check)
+        apply(default)
         best = min(results, key=results.get)
         d_ms = results.get(default, float("nan"))
         print(f"| {reqs} x ({prefix} + {new}) | {d_ms:.2f} ms ({flops / d_ms / 1e9:.0f} TFLOP/s) | "
