@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,6 +27,7 @@ from radixlm.constrained import (
     create_grammar_backend, fill_batch_mask,
 )
 from radixlm.model_loader.tokenizer import get_tokenizer
+from radixlm.provenance import git_commit
 from radixlm.sampling.sampler import Sampler
 from radixlm.sampling.sampling_batch_info import SamplingBatchInfo
 
@@ -108,13 +108,6 @@ def run_unconstrained(bs: int, steps: int, device: torch.device) -> Timings:
     return timings
 
 
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def print_table(rows: list[tuple[int, str, Timings]], baseline: dict[int, float]) -> None:
     cols = ("fill", "apply", "sample", "accept")
     print(f"| {'bs':>3} | {'mode':<34} | " + " | ".join(f"{c + ' us':>9}" for c in cols) + f" | {'step us':>9} | {'overhead':>9} |")
@@ -159,7 +152,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
     print(f"# Constrained decoding per-step overhead: SmolLM2 vocab {VOCAB}, greedy Sampler, float32 logits on "
           f"{device} ({name}), {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}), torch threads {args.threads}, "
-          f"torch {torch.__version__}, commit {commit()}, {args.steps} steps, grammars: JSON schema / any JSON / regex")
+          f"torch {torch.__version__}, commit {git_commit(__file__)}, {args.steps} steps, grammars: JSON schema / any JSON / regex")
     print_table(rows, baseline)
 
 

@@ -15,11 +15,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import time
 from typing import Optional
 
 import radixlm
+from radixlm.provenance import git_commit
 
 PROMPTS = ["Write a long list of fruits:", "Notes from the meeting:", "The history of Rome:", "def parse(text):"]
 GRAMMARS: dict[str, Optional[dict]] = {
@@ -46,13 +46,6 @@ def per_step_ms(engine: radixlm.Engine, bs: int, grammar: Optional[dict], steps:
     return (best - one) / (steps - 1) * 1e3, min(n for _, n in full)
 
 
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
@@ -68,7 +61,7 @@ def main() -> None:
                 for bs in args.batch_sizes for name, g in GRAMMARS.items()]
     print(f"SmolLM2-135M (embedded), {args.device or 'default device'}, greedy, overlap loop on, "
           f"{args.steps} steps, best of {args.repeats}; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, commit {commit()}")
+          f"{os.cpu_count()} cores, commit {git_commit(__file__)}")
     print("| batch | grammar | ms / step | vs unconstrained | min tokens / row |")
     print("| ---: | --- | ---: | ---: | ---: |")
     base = {bs: ms for bs, name, ms, _ in rows if name == "unconstrained"}

@@ -12,7 +12,6 @@ the H200 (4.28 TB/s device-to-device copy, see shared/device/README.md).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,8 @@ except ImportError:
     import radixlm_kernel as K
 import triton.testing
 from radixlm_kernel import reference as R
+
+from radixlm.provenance import git_commit
 
 HIDDEN, INTER, HQ, HKV, D, VOCAB = 4096, 14336, 32, 8, 128, 128256
 DEV, DT = "cuda", torch.bfloat16
@@ -214,7 +215,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("bench_kernels needs CUDA (the CPU runs the kernels only under TRITON_INTERPRET, for tests)")
     torch.manual_seed(0)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = git_commit(__file__)
     print(f"# bench_kernels: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton "
           f"{triton.__version__}, commit {commit or '?'}, bf16, Llama-3.1-8B shapes")
     rows = []

@@ -27,10 +27,10 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
+from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
 
@@ -131,10 +131,7 @@ def print_step_profile(info: dict) -> None:
 
 
 def print_table(results: list[Result], args: argparse.Namespace, server_args: ServerArgs) -> None:
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT, text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "?"
+    commit = git_commit(__file__)
     import torch
 
     print(f"\nmodel={server_args.model_path or 'SmolLM2-135M-Instruct (embedded)'} load_format="

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -20,6 +19,7 @@ import torch
 
 from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder
 from radixlm.model_executor.model_runner import ModelRunner
+from radixlm.provenance import git_commit
 from radixlm.server_args import ServerArgs
 
 
@@ -107,16 +107,6 @@ def load_hf(runner: ModelRunner, load_format: str) -> torch.nn.Module:
     return model.eval()
 
 
-def commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -129,7 +119,7 @@ def print_table(rows: list[Row], args: argparse.Namespace, runner: ModelRunner) 
     print(f"shapes: input_len={args.input_len} output_len={args.output_len} batch sizes={args.batch_size}; "
           f"attention={runner.server_args.attention_backend}")
     print(f"device: {device_name(runner.device)} x tp_size={runner.tp_size}; torch {torch.__version__}; "
-          f"commit {commit()}\n")
+          f"commit {git_commit(__file__)}\n")
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER))
     for row in rows:

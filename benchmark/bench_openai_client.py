@@ -18,11 +18,12 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import time
 from typing import Optional
 
 import openai
+
+from radixlm.provenance import git_commit
 
 TOPICS = ("rivers", "mountains", "bread", "trains", "owls", "glass", "chess", "tides", "copper", "maps",
           "violins", "deserts", "bees", "clocks", "lanterns", "comets")
@@ -113,17 +114,6 @@ async def run_level(client: openai.AsyncOpenAI, model: str, concurrency: int, nu
     return LevelResult(concurrency, results, time.perf_counter() - start)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
-                               cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def render(levels: list[LevelResult], model: str, args: argparse.Namespace) -> str:
     lines = [
         f"### bench_openai_client ({datetime.date.today().isoformat()})",
@@ -131,7 +121,7 @@ def render(levels: list[LevelResult], model: str, args: argparse.Namespace) -> s
         f"- model: `{model}`; server: {args.base_url}; streamed chat, temperature 0, ignore_eos",
         f"- prompt ~{args.prompt_words} words; max_tokens {args.max_tokens}; requests per level "
         f"max({args.min_requests}, {args.requests_per_slot} x concurrency)",
-        f"- client host: {platform.platform()}, {os.cpu_count()} CPUs; commit {git_commit()}",
+        f"- client host: {platform.platform()}, {os.cpu_count()} CPUs; commit {git_commit(__file__)}",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join("---:" for _ in HEADER) + "|",

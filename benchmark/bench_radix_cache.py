@@ -12,7 +12,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import time
 from typing import Callable
 
@@ -21,6 +20,7 @@ import torch
 from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
 from radixlm.mem_cache.memory_pool import ReqToTokenPool
 from radixlm.mem_cache.radix_cache import RadixCache
+from radixlm.provenance import git_commit
 
 VOCAB = 49152
 
@@ -100,13 +100,6 @@ def bench_evict(leaves: int, leaf_len: int, chunk: int, grouped: bool) -> tuple[
             total, dt / calls * 1e6)
 
 
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=200)
@@ -121,7 +114,7 @@ def main() -> None:
     rows.append(bench_evict(20000, 16, 256, grouped=False))
     print(f"# RadixCache micro-benchmark: python {platform.python_version()}, torch {torch.__version__}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f}), "
-          f"torch threads {args.threads}, commit {commit()}, repeat {args.repeat}, CPU tensors")
+          f"torch threads {args.threads}, commit {git_commit(__file__)}, repeat {args.repeat}, CPU tensors")
     print(f"| {'case':<72} | {'tokens':>6} | {'us/call':>9} | {'us/1k tok':>9} |")
     print(f"|{'-' * 74}|{'-' * 8}|{'-' * 11}|{'-' * 11}|")
     for name, n, us in rows:

@@ -29,7 +29,6 @@ import argparse  # noqa: E402
 import os  # noqa: E402
 import pickle  # noqa: E402
 import platform  # noqa: E402
-import subprocess  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -39,6 +38,7 @@ from radixlm.managers.io_struct import TokenizedGenerateReqInput  # noqa: E402
 from radixlm.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
 from radixlm.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
 from radixlm.model_executor.forward_output import ForwardOutput  # noqa: E402
+from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.sampling.sampling_params import SamplingParams  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
@@ -137,10 +137,7 @@ def measure_median(num_reqs: int, iters: int, stream: bool, repeat: int) -> dict
 
 
 def print_table(rows: list[dict], latency_s: float) -> None:
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=_REPO_ROOT, text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "?"
+    commit = git_commit(__file__)
     print(f"\nScheduler overhead per decode iteration (plain loop), forward = STAND-IN sleeping "
           f"{latency_s * 1e3:.1f} ms; prompts {PROMPT_LEN} tokens; torch threads={torch.get_num_threads()}; "
           f"cpu={platform.processor() or platform.machine()}; load avg={os.getloadavg()[0]:.2f}; commit={commit}")

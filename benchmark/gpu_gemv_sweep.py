@@ -21,7 +21,6 @@ import json
 import math
 import multiprocessing
 import statistics
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -33,6 +32,8 @@ import triton
 import radixlm_kernel as K
 from radixlm_kernel import gemv as G
 from radixlm_kernel import reference as R
+
+from radixlm.provenance import git_commit
 
 DEV, DT = "cuda", torch.bfloat16
 EPS = 1e-5
@@ -255,14 +256,6 @@ def _tuple(cfg: G.GemvConfig) -> tuple:
     return tuple(vars(cfg).values())
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="three configs per M")
@@ -272,7 +265,7 @@ def main() -> None:
     shapes = [s for s in SHAPES if s.name in args.shapes.split(",")]
     t0 = time.time()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"commit {commit()}; bf16, Llama-3.1-8B projections, graphs of {CALLS} calls, median of {REPLAYS}")
+          f"commit {git_commit(__file__)}; bf16, Llama-3.1-8B projections, graphs of {CALLS} calls, median of {REPLAYS}")
     torch.manual_seed(0)
     if args.jobs > 0:
         precompile(shapes, args.quick, args.jobs)
