@@ -14,7 +14,6 @@ MODEL=.models/llama-3.1-8b
 
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl >"$OUT/install.log" 2>&1
 export PYTHONPATH=$PWD/.site:$PWD/sgl-kernel:${PYTHONPATH:-} PATH=$PWD/.site/bin:$PATH
-export RADIXLM_CUDA_EXT_DIR=${RADIXLM_CUDA_EXT_DIR:-$PWD/.ext}  # the CUDA GEMV build (carry .ext to reuse it)
 python3 -m pip install -q --no-deps --no-build-isolation -e . >>"$OUT/install.log" 2>&1
 python3 -c "import radixlm, radixlm_kernel, torch; print('import ok', torch.__version__, torch.cuda.get_device_name())" \
   || { tail -20 "$OUT/install.log"; exit 1; }
@@ -99,8 +98,7 @@ for what in "$@"; do
             kill %1; wait
             if [ $what = online_trace ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
               unset RADIXLM_STEP_TRACE; fi ;;
-    cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py
-               mkdir -p "$OUT/ext"; cp "$RADIXLM_CUDA_EXT_DIR"/*.so "$OUT/ext/" 2>/dev/null ;;
+    cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;
     fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
                  --decode ${FP8_CASES:-1x4096,8x2048,64x2048,192x2560,512x2300} ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \

@@ -3,7 +3,7 @@
 Triton's GEMVs (`gemv.py`) could not keep enough weight loads in flight to beat cuBLAS at M <= 8;
 this one issues 16-byte streaming loads, `UNROLL` chunks of `ROWS` rows per lane, with no split-K.
 `load()` returns None (and remembers why) where there is no CUDA or no compiler, so callers fall back
-to `F.linear`. The build lands in TORCH_EXTENSIONS_DIR (RADIXLM_CUDA_EXT_DIR overrides it).
+to `F.linear`. The build lands in torch's extension folder (TORCH_EXTENSIONS_DIR sets it).
 """
 
 from __future__ import annotations
@@ -34,12 +34,8 @@ def load() -> Optional[ModuleType]:
         from torch.utils.cpp_extension import load as load_extension
 
         major, minor = torch.cuda.get_device_capability()
-        build_dir = os.environ.get("RADIXLM_CUDA_EXT_DIR")
-        if build_dir:
-            os.makedirs(build_dir, exist_ok=True)
-        _ext = load_extension(name="radixlm_gemv", sources=[SOURCE], build_directory=build_dir,
-                              extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"],
-                              verbose=False)
+        arch = f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"
+        _ext = load_extension(name="radixlm_gemv", sources=[SOURCE], extra_cuda_cflags=["-O3", arch], verbose=False)
     except Exception as e:  # noqa: BLE001 - no nvcc / ninja: the caller falls back to cuBLAS
         load_error = f"{type(e).__name__}: {e}"
     return _ext
