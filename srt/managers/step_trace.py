@@ -62,4 +62,9 @@ class StepTrace:
 
 
 def open_step_trace(path: Optional[str], device: torch.device) -> Optional[StepTrace]:
-    return StepTrace(path, device.type == "cuda") if path else None
+    if not path:
+        return None
+    try:
+        return StepTrace(path, device.type == "cuda")
+    except OSError as e:
+        raise ValueError(f"RADIXLM_STEP_TRACE={path!r} cannot be opened for appending: {e.strerror}") from None

@@ -31,3 +31,16 @@ def test_step_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert environ.step_trace_path() is None
     monkeypatch.setenv("RADIXLM_STEP_TRACE", "/tmp/trace.jsonl")
     assert environ.step_trace_path() == "/tmp/trace.jsonl"
+
+
+def test_step_trace_unwritable_path_names_the_variable(tmp_path) -> None:
+    import torch
+
+    from radixlm.managers.step_trace import open_step_trace
+
+    assert open_step_trace(None, torch.device("cpu")) is None
+    with pytest.raises(ValueError, match="RADIXLM_STEP_TRACE='.*missing/trace.jsonl' cannot be opened"):
+        open_step_trace(str(tmp_path / "missing" / "trace.jsonl"), torch.device("cpu"))
+    trace = open_step_trace(str(tmp_path / "trace.jsonl"), torch.device("cpu"))
+    trace.record("decode", 2, 2, 0.001, 0.002, 0.0005, None)
+    assert '"kind": "decode"' in (tmp_path / "trace.jsonl").read_text()
