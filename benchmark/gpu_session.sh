@@ -86,8 +86,10 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
-    online|online_trace)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags) may be set
+    beside_test) step beside_test 300 python3 -m pytest -q test/unit/managers/test_decode_fast_paths.py -k beside ;;
+    online|online_trace|online_nobeside)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
             [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace.jsonl"
+            [ $what = online_nobeside ] && export RADIXLM_PREFILL_BESIDE_DECODE=0  # the A/B: drain before prefills
             python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
                  --port 30000 --log-level warning ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
             for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
@@ -95,9 +97,13 @@ for what in "$@"; do
                  --tokenizer $MODEL --dataset-name random --num-prompts ${ONLINE_PROMPTS:-100} --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --request-rate 1 --tokenize-prompt \
                  --disable-tqdm --output-file "$OUT/$what.jsonl"
+            curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
+              'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
+              'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
             kill %1; wait
             if [ $what = online_trace ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
-              unset RADIXLM_STEP_TRACE; fi ;;
+              unset RADIXLM_STEP_TRACE; fi
+            unset RADIXLM_PREFILL_BESIDE_DECODE ;;
     cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;
     fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
                  --decode ${FP8_CASES:-1x4096,8x2048,64x2048,192x2560,512x2300} ;;

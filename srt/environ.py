@@ -61,3 +61,9 @@ def step_trace_path() -> str | None:
     """RADIXLM_STEP_TRACE=FILE: the overlap loop appends one JSON line per batch to FILE (host build,
     wait and processing times; on CUDA the device time and the idle gap before each batch)."""
     return _get("STEP_TRACE") or None
+
+
+def prefill_beside_decode() -> bool:
+    """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
+    instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""
+    return _get("PREFILL_BESIDE_DECODE", "1") != "0"

@@ -1,7 +1,7 @@
 """The overlap event loop: launch decode batch N+1 before processing the results of batch N.
 
-A forward thread runs `ModelRunner.forward` in launch order, so the CPU work of batch N
-(appending tokens, finish checks, detokenizer messages, cache inserts) happens while
+A forward thread (`ForwardThread`) runs `ModelRunner.forward` in launch order, so the CPU work of
+batch N (appending tokens, finish checks, detokenizer messages, cache inserts) happens while
 batch N+1 computes. Batch N+1's input ids for requests still waiting on batch N's token
 are placeholders `(row in N)`, resolved on the forward thread from N's output tensor.
 KV releases made while N+1 is in flight are deferred (`KVCacheManager.deferred_frees`)
@@ -12,12 +12,21 @@ waiting or a waiting queue that failed admission at the last drained step (re-tr
 as a request arrives, finishes, aborts or is retracted, and every ADMISSION_RETRY_STEPS
 steps); any other step (prefill, chunk, retraction, abort, control) first drains the
 in-flight batch, so the plain loop's logic applies to it unchanged.
+
+Prefill beside decode: when requests arrive while a decode is in flight, their prefill is
+launched at once beside it (on CUDA on the forward thread's high-priority stream, so it does not
+queue behind the decode steps already launched) and processed, and the decode keeps its place.
+A prefill touches only its own request rows and new slots; the one thing it can overwrite that
+the decode reads is a slot it evicted from the prefix cache, which only rows of requests already
+finished (whose tokens are dropped) still attend. With one tensor-parallel rank on CUDA the
+scheduler also watches its socket while it waits for a decode, so a prefill starts within a poll
+of the request's arrival rather than at the next step. Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
+with --enable-mixed-chunk, and on CUDA with tensor parallelism (two streams' collectives on one
+communicator could deadlock).
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from radixlm import environ
-from radixlm.managers.forward_batch_builder import build_decode
+from radixlm.managers.forward_thread import ForwardThread
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
 from radixlm.managers.step_trace import GpuSpan, open_step_trace
 from radixlm.model_executor.forward_batch import ForwardMode
@@ -36,6 +45,7 @@ if TYPE_CHECKING:
 
 
 ADMISSION_RETRY_STEPS = 8  # while the waiting queue is blocked, drain and retry admission this often
+ARRIVAL_POLL_S = 1e-4  # while waiting for a decode (one rank, CUDA): how often the socket is checked
 
 
 @dataclass
@@ -45,54 +55,7 @@ class InFlight:
     deferred: list[Callable[[], None]] = field(default_factory=list)  # releases to run once it is done
     build_s: float = 0.0  # host time spent planning it (the step trace's)
     span: Optional[GpuSpan] = None  # device events around its forward (step trace on CUDA)
-
-
-class ForwardThread:
-    """Runs forwards in submission order; placeholders are resolved from the previous output."""
-
-    def __init__(self, forward: Callable[[Any], Any], device: Optional[torch.device] = None) -> None:
-        self.forward = forward
-        self.jobs: queue.Queue = queue.Queue()
-        # On CUDA the forwards run on their own stream, so the scheduler thread's small host-to-device
-        # copies (which synchronize the default stream) never wait for the batch in flight.
-        self.device = device if device is not None and device.type == "cuda" else None
-        self.stream = torch.cuda.Stream(self.device) if self.device is not None else None
-        self.thread = threading.Thread(target=self._run, name="forward-thread", daemon=True)
-        self.thread.start()
-
-    def submit(self, forward_batch: Any, resolve: Optional[tuple[Future, Any, Any]],
-               span: Optional[GpuSpan] = None) -> Future:
-        """`resolve` = (previous batch's future, dst rows, src rows): index tensors, or slices for all rows;
-        `span`: events to record around the forward (the step trace)."""
-        fut: Future = Future()
-        ready = None
-        if self.stream is not None:  # the batch's inputs were made on the scheduler's stream
-            ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream(self.device))
-        self.jobs.put((forward_batch, resolve, fut, ready, span))
-        return fut
-
-    def _run(self) -> None:
-        if self.stream is not None:
-            torch.cuda.set_device(self.device)
-            torch.cuda.set_stream(self.stream)
-        while True:
-            forward_batch, resolve, fut, ready, span = self.jobs.get()
-            if ready is not None:
-                self.stream.wait_event(ready)
-            if span is not None:
-                span.start.record()
-            try:
-                if resolve is not None:
-                    prev_future, dst, src = resolve
-                    prev_ids = prev_future.result().forward_output.next_token_ids
-                    forward_batch.input_ids[dst] = prev_ids[src].to(forward_batch.input_ids.dtype)
-                out = self.forward(forward_batch)
-                if span is not None:
-                    span.end.record()
-                fut.set_result(out)
-            except BaseException as e:  # noqa: BLE001 - re-raised on the scheduler thread
-                fut.set_exception(e)
+    waited_s: float = 0.0  # host time already spent waiting for it while watching for arrivals
 
 
 class OverlapLoop:
@@ -105,12 +68,16 @@ class OverlapLoop:
         self.blocked_at: Optional[tuple[int, ...]] = None  # _admission_signature() when admission last failed
         self.lagged_steps = 0
         self.trace = open_step_trace(environ.step_trace_path(), scheduler.model_runner.device)
+        self.beside = _prefill_beside_enabled(scheduler)
+        self.watch_arrivals = self.beside and self.worker.device is not None and scheduler.server_args.tp_size == 1
 
     def run(self) -> None:
         s = self.s
         while True:
             s.process_input_requests(s.io.recv_requests(block=s.is_idle()))
             if self.in_flight is not None and not self._can_lag():
+                if self._prefill_beside():
+                    continue  # the decode in flight keeps its place; the next step decides again
                 self.drain()
             tried_admission = self.in_flight is None
             t0 = time.perf_counter()
@@ -127,6 +94,9 @@ class OverlapLoop:
                     s.stats.overlapped_steps += 1
                     s.stats.overlapped_steps_with_queue += bool(s.waiting_queue)
             if self.in_flight is not None:
+                if self.watch_arrivals and self._arrival_before_done(self.in_flight):
+                    s.process_input_requests(s.io.recv_requests())
+                    self._prefill_beside(newest=launched)
                 self._process(self.in_flight, keep_deferred_for=launched)
             self.in_flight = launched
             self.pending = {id(r): i for i, r in enumerate(batch.reqs)} if batch is not None and \
@@ -146,6 +116,50 @@ class OverlapLoop:
         if s.planner.abort_pending or self._rows_need_current_tokens():
             return False
         return s.kv.available_tokens() >= 2 * len(s.running)
+
+    def _beside_ok(self) -> bool:
+        """A prefill may launch beside the in-flight decode: requests wait and admission is worth a
+        try (not known to be blocked, no memory pressure, no chunked prefill or abort to resolve first)."""
+        s, flight = self.s, self.in_flight
+        return (self.beside and flight is not None and flight.batch.forward_mode == ForwardMode.DECODE
+                and bool(s.waiting_queue) and s.planner.chunked_req is None and not s.planner.abort_pending
+                and self.blocked_at != self._admission_signature()
+                and s.kv.available_tokens() >= 2 * len(s.running))
+
+    def _prefill_beside(self, newest: Optional[InFlight] = None) -> bool:
+        """Launch a prefill of the waiting queue beside the decode(s) in flight and process it (its
+        first tokens go out); True if one ran. Its releases wait for `newest`, the latest decode."""
+        if not self._beside_ok():
+            return False
+        s = self.s
+        t0 = time.perf_counter()
+        batch = s.planner.get_new_batch_prefill()
+        if batch is None:
+            return False  # admission failed: the caller drains and tries again as usual
+        s.idle_checked = False
+        s.tp_guard.check(batch)
+        span = self.trace.span() if self.trace is not None else None
+        flight = InFlight(batch, self.worker.submit(batch.forward_batch, None, span),
+                          build_s=time.perf_counter() - t0, span=span)
+        s.stats.prefills_beside_decode += 1
+        self._process(flight, keep_deferred_for=newest or self.in_flight)
+        return True
+
+    def _arrival_before_done(self, flight: InFlight) -> bool:
+        """Wait for a decode's device work, returning True as soon as a message arrives first (only
+        with one rank: no other rank has to agree on when it was seen)."""
+        if flight.batch.forward_mode != ForwardMode.DECODE:
+            return False
+        t0 = time.perf_counter()
+        event = flight.future.result().host_copy_event
+        try:
+            while event is not None and not event.query():
+                if self.s.io.has_input():
+                    return True
+                time.sleep(ARRIVAL_POLL_S)
+            return False
+        finally:
+            flight.waited_s += time.perf_counter() - t0
 
     def _admission_signature(self) -> tuple[int, ...]:
         """Counters that move when admission could newly succeed: arrivals, finishes (slots and
@@ -221,13 +235,20 @@ class OverlapLoop:
         if self.trace is not None:
             fb = flight.batch.forward_batch
             self.trace.record(flight.batch.forward_mode.name.lower(), fb.batch_size, int(fb.input_ids.shape[0]),
-                              flight.build_s, t1 - t0, time.perf_counter() - t1, flight.span)
+                              flight.build_s, t1 - t0 + flight.waited_s, time.perf_counter() - t1, flight.span)
 
     def drain(self) -> None:
         flight, self.in_flight = self.in_flight, None
         self.pending = {}
         if flight is not None:
             self._process(flight, keep_deferred_for=None)
+
+
+def _prefill_beside_enabled(scheduler: "Scheduler") -> bool:
+    args = scheduler.server_args
+    if not environ.prefill_beside_decode() or args.enable_mixed_chunk:
+        return False
+    return not (scheduler.model_runner.device.type == "cuda" and args.tp_size > 1)
 
 
 def _uses_penalties(req: Req) -> bool:

@@ -70,6 +70,10 @@ class SchedulerIO:
             raise SchedulerStopped(msgs[-1].reason)
         return msgs
 
+    def has_input(self) -> bool:
+        """Rank 0: a message is waiting on the socket (not received, not broadcast); False elsewhere."""
+        return self.tp_rank == 0 and bool(self.recv_from_tokenizer.poll(0))
+
     def send_to_detokenizer(self, msg: Any) -> None:
         if self.tp_rank == 0:
             self.send_to_detokenizer_sock.send_pyobj(msg)

@@ -8,7 +8,8 @@ min_new_tokens, streaming, logprobs, staggered lengths, chunked prefills, aborts
 exactly the same messages to the detokenizer with the fast paths on as with them off (every
 decode batch rebuilt from the requests, every row checked): in the plain loop under retraction,
 in the overlap loop, and with mixed chunks. Every decode batch must keep the ForwardBatch
-contract, and no KV slot may leak.
+contract, and no KV slot may leak. Prefills launched beside an in-flight decode (the overlap
+loop's default) give every request the same tokens as prefills after a drain.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 import radixlm.managers.forward_batch_builder as builder_module
 import radixlm.managers.scheduler as scheduler_module
 from radixlm.managers.io_struct import AbortReq, TokenizedGenerateReqInput
-from radixlm.managers.overlap_loop import ForwardThread
+from radixlm.managers.forward_thread import ForwardThread
 from radixlm.managers.steady_decode import SteadyDecode
 from radixlm.model_executor.forward_batch import ForwardBatch
 from radixlm.sampling.sampling_params import SamplingParams
@@ -72,11 +73,16 @@ class InProcessIO:
         self.sent: list[Any] = []
         self.steps = 0
         self.abort_at: dict[int, AbortReq] = {}  # loop iteration -> abort delivered then
+        self.arrive_at: dict[int, Any] = {}  # loop iteration -> a request arriving then (or once idle)
 
     def recv_requests(self, block: bool = False) -> list[Any]:
         self.steps += 1
         if self.steps in self.abort_at:
             self.inbox.append(self.abort_at.pop(self.steps))
+        if self.steps in self.arrive_at:
+            self.inbox.append(self.arrive_at.pop(self.steps))
+        if block and not self.inbox and self.arrive_at:
+            self.inbox.append(self.arrive_at.pop(min(self.arrive_at)))
         if block and not self.inbox:
             raise SchedulerIdle
         msgs, self.inbox = self.inbox, []
@@ -86,6 +92,10 @@ class InProcessIO:
         self.sent.append(msg)
 
     send_to_tokenizer = send_to_detokenizer
+
+    def has_input(self) -> bool:
+        """What the overlap loop polls while it waits for a decode (one rank, CUDA): a request is due."""
+        return self.steps + 1 in self.arrive_at
 
 
 def check_decode_contract(fb: ForwardBatch) -> None:
@@ -115,7 +125,8 @@ def workload() -> list[TokenizedGenerateReqInput]:
 
 
 def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop: dict,
-        fast: bool) -> tuple[list[dict], dict]:
+        fast: bool, late: Optional[dict[int, str]] = None) -> tuple[list[dict], dict]:
+    """`late`: loop iteration -> the rid that arrives then instead of up front."""
     counts = {"advanced": 0, "steady": 0, "decodes": 0, "lagged": 0}
     with monkeypatch.context() as m:
         m.setattr(scheduler_module, "SchedulerIO", InProcessIO)
@@ -144,9 +155,9 @@ def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop
                       lambda self, batch, offsets=None: builder_module.build_decode(batch, self.vocab_size,
                                                                                     self.device, offsets))
             m.setattr(SteadyDecode, "plan", classmethod(lambda cls, reqs: None))
-        args = ServerArgs(model_path=tiny_dir, tokenizer_path=tokenizer_dir, device="cpu", dtype="float32",
-                          max_running_requests=8, chunked_prefill_size=16,
-                          random_seed=7, schedule_conservativeness=0.1, log_level="warning", **loop).resolved()
+        args = ServerArgs(**{**dict(model_path=tiny_dir, tokenizer_path=tokenizer_dir, device="cpu", dtype="float32",
+                                    max_running_requests=8, chunked_prefill_size=16, random_seed=7,
+                                    schedule_conservativeness=0.1, log_level="warning"), **loop}).resolved()
         scheduler = scheduler_module.Scheduler(args, port_args=None)
         forward = scheduler.model_runner.forward
 
@@ -158,7 +169,12 @@ def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop
             return forward(fb)
 
         scheduler.model_runner.forward = checked_forward
-        scheduler.io.inbox.extend(workload())
+        arrivals = {rid: step for step, rid in (late or {}).items()}
+        for req in workload():
+            if req.rid in arrivals:
+                scheduler.io.arrive_at[arrivals[req.rid]] = req
+            else:
+                scheduler.io.inbox.append(req)
         scheduler.io.abort_at.update({step: AbortReq(rid=rid) for step, rid in ABORTS.items()})
         with pytest.raises(SchedulerIdle):
             scheduler.event_loop_normal() if args.disable_overlap_schedule else scheduler.event_loop_overlap()
@@ -166,6 +182,7 @@ def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop
         messages = [dict(rids=msg.rids, new_output_ids=msg.new_output_ids, metas=msg.metas, logprobs=msg.logprobs,
                          detokenize_params=msg.detokenize_params) for msg in scheduler.io.sent]
         counts["retractions"] = scheduler.stats.num_retractions
+        counts["beside"] = scheduler.stats.prefills_beside_decode
         return messages, counts
 
 
@@ -196,6 +213,40 @@ def test_fast_paths_send_exactly_what_rebuilding_sends(tiny_dir: str, smollm2_di
         assert counts["lagged"] > counts["decodes"] // 3, counts
     # the fast paths really ran (not just the rebuild fallbacks)
     assert counts["advanced"] > counts["decodes"] // 3 and counts["steady"] > 0, counts
+
+
+def outputs_by_rid(messages: list[dict]) -> dict[str, tuple[list[int], str]]:
+    """Each request's whole output and finish type, from the increments the detokenizer was sent."""
+    ids: dict[str, list[int]] = {}
+    finish: dict[str, str] = {}
+    for msg in messages:
+        for rid, new, reason in zip(msg["rids"], msg["new_output_ids"], msg["metas"].finish_reasons):
+            ids.setdefault(rid, []).extend(new)
+            if reason is not None:
+                finish[rid] = reason["type"]
+    return {rid: (ids[rid], finish.get(rid, "")) for rid in ids}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA: the prefill's own stream and the arrival watch"))])
+def test_prefill_beside_decode_gives_the_drained_outputs(tiny_dir: str, smollm2_dir: str,
+                                                         monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    # four requests arrive while the others decode; request rows to spare (a finished request's row stays
+    # taken until the decode in flight is done)
+    loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, device=device)
+    late = {18: "r9", 26: "r10", 33: "r11", 47: "r13"}
+    beside, counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
+    monkeypatch.setenv("RADIXLM_PREFILL_BESIDE_DECODE", "0")
+    drained, off_counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
+    assert counts["beside"] > 0 and off_counts["beside"] == 0, (counts, off_counts)
+    got, want = outputs_by_rid(beside), outputs_by_rid(drained)
+    assert set(got) == set(want) and len(got) == 14
+    for rid in want:  # aborts land at a loop iteration, which the two loops reach at different steps
+        if rid in ABORTS.values():
+            assert got[rid][1] == want[rid][1] == "abort"
+        else:
+            assert got[rid] == want[rid], rid
 
 
 @pytest.mark.timeout(600)
