@@ -86,12 +86,23 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
-    beside_test) step beside_test 300 python3 -m pytest -q test/unit/managers/test_decode_fast_paths.py -k beside ;;
-    online|online_trace|online_nobeside)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
+    beside_test) (export RADIXLM_TEST_TOKENIZER=$MODEL; step beside_test 300 python3 -m pytest -q \
+                 test/unit/managers/test_decode_fast_paths.py test/kernel/test_stream_gate.py -k "beside or gate") ;;
+    ttft_probe)  # TTFT without decode load: 2,048-token prompts, 2 output tokens, one at a time
+            python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
+                 --port 30000 --log-level warning --enable-metrics >"$OUT/server_$what.log" 2>&1 &
+            for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
+            step $what 120 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
+                 --tokenizer $MODEL --dataset-name random --num-prompts 20 --random-input-len 2048 \
+                 --random-output-len 2 --random-range-ratio 1 --request-rate 2 --tokenize-prompt --disable-tqdm
+            curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
+            kill %1; wait ;;
+    online|online_trace|online_nobeside|online_nogate)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
             [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace.jsonl"
             [ $what = online_nobeside ] && export RADIXLM_PREFILL_BESIDE_DECODE=0  # the A/B: drain before prefills
+            [ $what = online_nogate ] && export RADIXLM_PREFILL_GATE=0  # the A/B: queued decodes run beside it
             python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
-                 --port 30000 --log-level warning ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
+                 --port 30000 --log-level warning --enable-metrics ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
             for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
             step $what 300 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
                  --tokenizer $MODEL --dataset-name random --num-prompts ${ONLINE_PROMPTS:-100} --random-input-len 4096 \
@@ -100,10 +111,11 @@ for what in "$@"; do
             curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
               'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
               'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
+            curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
             kill %1; wait
             if [ $what = online_trace ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
               unset RADIXLM_STEP_TRACE; fi
-            unset RADIXLM_PREFILL_BESIDE_DECODE ;;
+            unset RADIXLM_PREFILL_BESIDE_DECODE RADIXLM_PREFILL_GATE ;;
     cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;
     fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
                  --decode ${FP8_CASES:-1x4096,8x2048,64x2048,192x2560,512x2300} ;;

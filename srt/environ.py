@@ -23,6 +23,11 @@ def test_server_timeout_s() -> float:
     return float(_get("TEST_SERVER_TIMEOUT_S", "300"))
 
 
+def test_tokenizer_path() -> str | None:
+    """Tests: a tokenizer folder to use where the embedded SmolLM2 is not installed (a GPU machine)."""
+    return _get("TEST_TOKENIZER") or None
+
+
 def dist_timeout_s() -> float:
     """Bound on a tensor-parallel CPU (gloo) collective: a dead or stuck rank fails its peers
     within this many seconds instead of hanging them."""
@@ -67,3 +72,9 @@ def prefill_beside_decode() -> bool:
     """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""
     return _get("PREFILL_BESIDE_DECODE", "1") != "0"
+
+
+def prefill_gate() -> bool:
+    """RADIXLM_PREFILL_GATE=0: decodes launched before a prefill beside them run alongside it instead of
+    waiting behind the device-side gate the prefill holds (CUDA, prefill beside decode on); on by default."""
+    return _get("PREFILL_GATE", "1") != "0"

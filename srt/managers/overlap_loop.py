@@ -20,7 +20,9 @@ A prefill touches only its own request rows and new slots; the one thing it can 
 the decode reads is a slot it evicted from the prefix cache, which only rows of requests already
 finished (whose tokens are dropped) still attend. With one tensor-parallel rank on CUDA the
 scheduler also watches its socket while it waits for a decode, so a prefill starts within a poll
-of the request's arrival rather than at the next step. Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
+of the request's arrival rather than at the next step, and decodes launched but not yet started
+wait behind a device-side gate that the prefill holds (`ForwardThread`; RADIXLM_PREFILL_GATE=0 lets
+them run beside it). Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
 with --enable-mixed-chunk, and on CUDA with tensor parallelism (two streams' collectives on one
 communicator could deadlock).
 """
@@ -61,14 +63,15 @@ class InFlight:
 class OverlapLoop:
     def __init__(self, scheduler: "Scheduler") -> None:
         self.s = scheduler
-        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device)
+        self.beside = _prefill_beside_enabled(scheduler)
+        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device,
+                                    gate_decodes=self.beside and environ.prefill_gate())
         self.in_flight: Optional[InFlight] = None
         self.pending: dict[int, int] = {}  # id(req) -> its row in the in-flight decode batch
         self.lag_checked: list[Req] = []  # running requests last found free of grammar and penalty rows
         self.blocked_at: Optional[tuple[int, ...]] = None  # _admission_signature() when admission last failed
         self.lagged_steps = 0
         self.trace = open_step_trace(environ.step_trace_path(), scheduler.model_runner.device)
-        self.beside = _prefill_beside_enabled(scheduler)
         self.watch_arrivals = self.beside and self.worker.device is not None and scheduler.server_args.tp_size == 1
 
     def run(self) -> None:

@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 import radixlm.managers.forward_batch_builder as builder_module
+from radixlm import environ
 import radixlm.managers.scheduler as scheduler_module
 from radixlm.managers.io_struct import AbortReq, TokenizedGenerateReqInput
 from radixlm.managers.forward_thread import ForwardThread
@@ -230,8 +231,10 @@ def outputs_by_rid(messages: list[dict]) -> dict[str, tuple[list[int], str]]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA: the prefill's own stream and the arrival watch"))])
-def test_prefill_beside_decode_gives_the_drained_outputs(tiny_dir: str, smollm2_dir: str,
+def test_prefill_beside_decode_gives_the_drained_outputs(tiny_dir: str, request: pytest.FixtureRequest,
                                                          monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    # a GPU machine may lack the embedded model: RADIXLM_TEST_TOKENIZER names another tokenizer folder
+    smollm2_dir = environ.test_tokenizer_path() or request.getfixturevalue("smollm2_dir")
     # four requests arrive while the others decode; request rows to spare (a finished request's row stays
     # taken until the decode in flight is done)
     loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, device=device)
