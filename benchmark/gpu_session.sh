@@ -97,10 +97,10 @@ for what in "$@"; do
                  --random-output-len 2 --random-range-ratio 1 --request-rate 2 --tokenize-prompt --disable-tqdm
             curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
             kill %1; wait ;;
-    online|online_trace|online_nobeside|online_nogate)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
-            [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace.jsonl"
+    online|online_trace|online_nobeside|online_gate)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
+            [ $what = online_trace -o $what = online_gate ] && export RADIXLM_STEP_TRACE="$OUT/step_trace_$what.jsonl"
             [ $what = online_nobeside ] && export RADIXLM_PREFILL_BESIDE_DECODE=0  # the A/B: drain before prefills
-            [ $what = online_nogate ] && export RADIXLM_PREFILL_GATE=0  # the A/B: queued decodes run beside it
+            [ $what = online_gate ] && export RADIXLM_PREFILL_GATE=1  # queued decodes wait for the prefill
             python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
                  --port 30000 --log-level warning --enable-metrics ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
             for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
@@ -113,7 +113,7 @@ for what in "$@"; do
               'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
             curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
             kill %1; wait
-            if [ $what = online_trace ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
+            if [ -n "${RADIXLM_STEP_TRACE:-}" ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
               unset RADIXLM_STEP_TRACE; fi
             unset RADIXLM_PREFILL_BESIDE_DECODE RADIXLM_PREFILL_GATE ;;
     cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;

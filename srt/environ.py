@@ -75,6 +75,7 @@ def prefill_beside_decode() -> bool:
 
 
 def prefill_gate() -> bool:
-    """RADIXLM_PREFILL_GATE=0: decodes launched before a prefill beside them run alongside it instead of
-    waiting behind the device-side gate the prefill holds (CUDA, prefill beside decode on); on by default."""
-    return _get("PREFILL_GATE", "1") != "0"
+    """RADIXLM_PREFILL_GATE=1: decodes launched but not started when a prefill comes beside them wait behind
+    a device-side gate the prefill holds, instead of running alongside it (CUDA, prefill beside decode on).
+    Off by default: a host sync while the forward thread queues the prefill stalls up to the gate's timeout."""
+    return _get("PREFILL_GATE", "0") == "1"

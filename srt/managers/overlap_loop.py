@@ -21,8 +21,8 @@ the decode reads is a slot it evicted from the prefix cache, which only rows of 
 finished (whose tokens are dropped) still attend. With one tensor-parallel rank on CUDA the
 scheduler also watches its socket while it waits for a decode, so a prefill starts within a poll
 of the request's arrival rather than at the next step, and decodes launched but not yet started
-wait behind a device-side gate that the prefill holds (`ForwardThread`; RADIXLM_PREFILL_GATE=0 lets
-them run beside it). Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
+can wait behind a device-side gate that the prefill holds (`ForwardThread`; opt-in,
+RADIXLM_PREFILL_GATE=1). Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
 with --enable-mixed-chunk, and on CUDA with tensor parallelism (two streams' collectives on one
 communicator could deadlock).
 """

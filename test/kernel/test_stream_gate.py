@@ -25,7 +25,7 @@ def test_held_gate_stalls_until_the_other_stream_releases() -> None:
     with torch.cuda.stream(holder):
         hold_gate(flag)
         held.record()
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of spinning on the holder stream
+        torch.cuda._sleep(40_000_000)  # ~20 ms of spinning on the holder stream (the gate times out at 200)
         x.fill_(7.0)  # what the gated stream must see
         release_gate(flag)
     with torch.cuda.stream(gated):
@@ -35,3 +35,18 @@ def test_held_gate_stalls_until_the_other_stream_releases() -> None:
     gated.synchronize()
     assert y.item() == 14.0  # ran after the holder's write, though nothing but the gate ordered it
     assert flag.item() == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="streams need CUDA")
+def test_a_gate_never_released_opens_after_its_timeout() -> None:
+    """A host that syncs while holding the gate (release not queued yet) stalls; it does not deadlock."""
+    flag = new_gate("cuda")
+    hold_gate(flag)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    wait_gate(flag, timeout_ns=20_000_000)
+    end.record()
+    end.synchronize()
+    assert 15.0 < start.elapsed_time(end) < 500.0
+    assert flag.item() == 1  # still held: the gate gave up waiting, nothing released it
