@@ -87,7 +87,7 @@ for what in "$@"; do
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
     beside_test) (export RADIXLM_TEST_TOKENIZER=$MODEL; step beside_test 300 python3 -m pytest -q \
-                 test/unit/managers/test_decode_fast_paths.py test/kernel/test_stream_gate.py -k "beside or gate") ;;
+                 test/unit/managers/test_decode_fast_paths.py -k beside) ;;
     ttft_probe)  # TTFT without decode load: 2,048-token prompts, 2 output tokens, one at a time
             python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
                  --port 30000 --log-level warning --enable-metrics >"$OUT/server_$what.log" 2>&1 &
@@ -97,10 +97,9 @@ for what in "$@"; do
                  --random-output-len 2 --random-range-ratio 1 --request-rate 2 --tokenize-prompt --disable-tqdm
             curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
             kill %1; wait ;;
-    online|online_trace|online_nobeside|online_gate)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
-            [ $what = online_trace -o $what = online_gate ] && export RADIXLM_STEP_TRACE="$OUT/step_trace_$what.jsonl"
+    online|online_trace|online_nobeside)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
+            [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace_$what.jsonl"
             [ $what = online_nobeside ] && export RADIXLM_PREFILL_BESIDE_DECODE=0  # the A/B: drain before prefills
-            [ $what = online_gate ] && export RADIXLM_PREFILL_GATE=1  # queued decodes wait for the prefill
             python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
                  --port 30000 --log-level warning --enable-metrics ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
             for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
@@ -115,7 +114,7 @@ for what in "$@"; do
             kill %1; wait
             if [ -n "${RADIXLM_STEP_TRACE:-}" ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
               unset RADIXLM_STEP_TRACE; fi
-            unset RADIXLM_PREFILL_BESIDE_DECODE RADIXLM_PREFILL_GATE ;;
+            unset RADIXLM_PREFILL_BESIDE_DECODE ;;
     cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;
     fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
                  --decode ${FP8_CASES:-1x4096,8x2048,64x2048,192x2560,512x2300} ;;

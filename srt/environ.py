@@ -73,9 +73,3 @@ def prefill_beside_decode() -> bool:
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""
     return _get("PREFILL_BESIDE_DECODE", "1") != "0"
 
-
-def prefill_gate() -> bool:
-    """RADIXLM_PREFILL_GATE=1: decodes launched but not started when a prefill comes beside them wait behind
-    a device-side gate the prefill holds, instead of running alongside it (CUDA, prefill beside decode on).
-    Off by default: a host sync while the forward thread queues the prefill stalls up to the gate's timeout."""
-    return _get("PREFILL_GATE", "0") == "1"

@@ -14,7 +14,6 @@ from radixlm_kernel.kv_cache import store_kv_cache
 from radixlm_kernel.norm import fused_add_rmsnorm, rmsnorm
 from radixlm_kernel.rotary import apply_rotary_pos_emb_, apply_rotary_pos_emb_and_store_kv_
 from radixlm_kernel.sampling import top_k_top_p_min_p_sampling
-from radixlm_kernel.stream_gate import hold_gate, new_gate, release_gate, wait_gate
 
 __all__ = [
     "apply_rotary_pos_emb_",
@@ -25,18 +24,14 @@ __all__ = [
     "decode_attention_fwd",
     "extend_attention_fwd",
     "fused_add_rmsnorm",
-    "hold_gate",
     "grid_kv_splits",
     "linear_gemv",
     "members_per_block",
-    "new_gate",
     "prefix_order",
-    "release_gate",
     "rmsnorm",
     "rmsnorm_gemv",
     "silu_and_mul",
     "silu_mul_gemv",
     "store_kv_cache",
     "top_k_top_p_min_p_sampling",
-    "wait_gate",
 ]

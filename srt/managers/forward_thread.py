@@ -6,9 +6,6 @@ streams of their own (the scheduler thread's small host-to-device copies on its 
 for a batch in flight): decodes on one, extends (prefills) on a second stream of the highest
 priority. A prefill launched beside an in-flight decode (`OverlapLoop`) therefore gets the GPU's
 free SMs first instead of queueing behind the decode; the decode's remaining kernels run in the gaps.
-With `gate_decodes`, each decode also starts behind a device-side gate (`radixlm_kernel.stream_gate`)
-that every prefill holds from its first kernel to its last: a decode launched but not yet started
-when a prefill comes waits for it instead of running beside it, and starts as soon as it ends.
 """
 
 from __future__ import annotations
@@ -29,22 +26,14 @@ PREFILL_STREAM_PRIORITY = -100  # clamped by torch to the device's highest prior
 class ForwardThread:
     """Runs forwards in submission order; placeholders are resolved from the previous output."""
 
-    def __init__(self, forward: Callable[[Any], Any], device: Optional[torch.device] = None,
-                 gate_decodes: bool = False) -> None:
+    def __init__(self, forward: Callable[[Any], Any], device: Optional[torch.device] = None) -> None:
         self.forward = forward
         self.jobs: queue.Queue = queue.Queue()
         self.device = device if device is not None and device.type == "cuda" else None
-        self.stream = self.prefill_stream = self.gate = None
+        self.stream = self.prefill_stream = None
         if self.device is not None:
             self.stream = torch.cuda.Stream(self.device)
             self.prefill_stream = torch.cuda.Stream(self.device, priority=PREFILL_STREAM_PRIORITY)
-            if gate_decodes:
-                import radixlm_kernel
-
-                self.gate_kernels = radixlm_kernel
-                self.gate = radixlm_kernel.new_gate(self.device)
-                radixlm_kernel.wait_gate(self.gate)  # compile it now, not at the first decode
-                torch.cuda.synchronize(self.device)
         self.thread = threading.Thread(target=self._run, name="forward-thread", daemon=True)
         self.thread.start()
 
@@ -73,9 +62,6 @@ class ForwardThread:
                  ready: Any, span: Optional[GpuSpan], stream: Any) -> None:
         if ready is not None:
             stream.wait_event(ready)
-        gated = self.gate is not None
-        if gated:  # a decode waits for a prefill holding the gate; a prefill holds it while it runs
-            (self.gate_kernels.wait_gate if stream is self.stream else self.gate_kernels.hold_gate)(self.gate)
         if span is not None:
             span.start.record()
         try:
@@ -89,6 +75,3 @@ class ForwardThread:
             fut.set_result(out)
         except BaseException as e:  # noqa: BLE001 - re-raised on the scheduler thread
             fut.set_exception(e)
-        finally:
-            if gated and stream is self.prefill_stream:
-                self.gate_kernels.release_gate(self.gate)

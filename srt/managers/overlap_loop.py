@@ -20,9 +20,7 @@ A prefill touches only its own request rows and new slots; the one thing it can 
 the decode reads is a slot it evicted from the prefix cache, which only rows of requests already
 finished (whose tokens are dropped) still attend. With one tensor-parallel rank on CUDA the
 scheduler also watches its socket while it waits for a decode, so a prefill starts within a poll
-of the request's arrival rather than at the next step, and decodes launched but not yet started
-can wait behind a device-side gate that the prefill holds (`ForwardThread`; opt-in,
-RADIXLM_PREFILL_GATE=1). Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
+of the request's arrival rather than at the next step. Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
 with --enable-mixed-chunk, and on CUDA with tensor parallelism (two streams' collectives on one
 communicator could deadlock).
 """
@@ -64,8 +62,7 @@ class OverlapLoop:
     def __init__(self, scheduler: "Scheduler") -> None:
         self.s = scheduler
         self.beside = _prefill_beside_enabled(scheduler)
-        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device,
-                                    gate_decodes=self.beside and environ.prefill_gate())
+        self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device)
         self.in_flight: Optional[InFlight] = None
         self.pending: dict[int, int] = {}  # id(req) -> its row in the in-flight decode batch
         self.lag_checked: list[Req] = []  # running requests last found free of grammar and penalty rows

@@ -239,8 +239,6 @@ def test_prefill_beside_decode_gives_the_drained_outputs(tiny_dir: str, request:
     # taken until the decode in flight is done)
     loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, device=device)
     late = {18: "r9", 26: "r10", 33: "r11", 47: "r13"}
-    if device == "cuda":  # and decodes queued behind the prefill's device-side gate
-        monkeypatch.setenv("RADIXLM_PREFILL_GATE", "1")
     beside, counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
     monkeypatch.setenv("RADIXLM_PREFILL_BESIDE_DECODE", "0")
     drained, off_counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
