@@ -33,6 +33,10 @@ WAIT_TIMEOUT_S = 1.0
 RECV_POLL_MS = 200
 
 
+class ServerUnhealthyError(RuntimeError):
+    """A child process died: the requests in flight fail with this, and new ones are refused."""
+
+
 class TokenizerManager:
     def __init__(self, server_args: Any, port_args: PortArgs) -> None:
         from radixlm.model_loader.model_config import ModelConfig
@@ -132,11 +136,11 @@ class TokenizerManager:
 
     def _fail_all(self, reason: str) -> None:
         for state in self.rid_to_state.values():
-            state.fail(RuntimeError(f"the server is unhealthy: {reason}"))
+            state.fail(ServerUnhealthyError(f"the server is unhealthy: {reason}"))
         for waiters in self._pending_control.values():
             for fut in waiters:
                 if not fut.done():
-                    fut.set_exception(RuntimeError(f"the server is unhealthy: {reason}"))
+                    fut.set_exception(ServerUnhealthyError(f"the server is unhealthy: {reason}"))
             waiters.clear()
 
     # ---- send side ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -62,18 +62,30 @@ def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
         time.sleep(1)
 
 
-@pytest.fixture(scope="session")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def start_server(flags: list[str], log_path: Path, api_key: str = "") -> ServerHandle:
+    """`python -m radixlm.launch_server FLAGS` on a free port, once it is ready (the caller stops it)."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("http_server") / "server.log"
-    cmd = [sys.executable, "-m", "radixlm.launch_server", "--port", str(port), "--api-key", API_KEY,
-           "--enable-metrics", "--max-queued-requests", str(MAX_QUEUED_REQUESTS),
-           "--max-total-tokens", str(MAX_TOTAL_TOKENS)]
+    cmd = [sys.executable, "-m", "radixlm.launch_server", "--port", str(port), *flags]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    handle = ServerHandle(f"http://127.0.0.1:{port}", API_KEY, proc, log_path)
+    handle = ServerHandle(f"http://127.0.0.1:{port}", api_key, proc, log_path)
+    _wait_ready(handle, environ.test_server_timeout_s())
+    return handle
+
+
+@pytest.fixture(scope="session")
+def server_starter() -> Callable[..., ServerHandle]:
+    """`start_server` for tests that need a server of their own (one they may break)."""
+    return start_server
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    log_path = tmp_path_factory.mktemp("http_server") / "server.log"
+    handle = start_server(["--api-key", API_KEY, "--enable-metrics", "--max-queued-requests",
+                           str(MAX_QUEUED_REQUESTS), "--max-total-tokens", str(MAX_TOTAL_TOKENS)], log_path, API_KEY)
+    proc = handle.proc
     try:
-        _wait_ready(handle, environ.test_server_timeout_s())
         yield handle
     finally:
         if proc.poll() is None:

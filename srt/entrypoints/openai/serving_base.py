@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from radixlm.constrained import response_format_to_json_schema, validate_grammar_request
 from radixlm.entrypoints.openai.protocol import ErrorResponse, PromptTokensDetails, SamplingFields, UsageInfo
 from radixlm.managers.io_struct import GenerateReqInput
+from radixlm.managers.tokenizer_manager import ServerUnhealthyError
 
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -235,6 +236,8 @@ async def start_generation(tokenizer_manager: Any, obj: GenerateReqInput,
         first = await stream.__anext__()
     except ValueError as exc:
         raise error_from_value_error(exc) from None
+    except ServerUnhealthyError as exc:
+        raise OpenAIError(str(exc), 503) from None
     except StopAsyncIteration:
         raise OpenAIError("The request produced no output", 500) from None
     return first, stream
@@ -258,6 +261,8 @@ async def sse_stream(tokenizer_manager: Any, first: dict, stream: AsyncIterator,
             yield final
     except ValueError as exc:
         yield sse({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}})
+    except ServerUnhealthyError as exc:  # a child died mid-stream: say so before [DONE]
+        yield sse({"error": {"message": str(exc), "type": "ServiceUnavailableError", "code": 503}})
     finally:
         await close_generation(tokenizer_manager, stream, rid, finished=exhausted)
     yield SSE_DONE
