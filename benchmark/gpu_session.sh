@@ -29,6 +29,20 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   grep -E '^\|| x$|^## |^multi|mismatch|speedup|radixlm /|^[a-z_]+:|step profile|passed|failed|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
 }
 
+serve_and_bench() {  # serve_and_bench NAME TIMEOUT_S BENCH_SERVING_ARGS...: a server (SERVER_FLAGS), one
+  local name=$1 limit=$2; shift 2  # bench_serving run against it, the server's counters and TTFT metric
+  python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
+       --port 30000 --log-level warning --enable-metrics ${SERVER_FLAGS:-} >"$OUT/server_$name.log" 2>&1 &
+  for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
+  step $name $limit python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
+       --tokenizer $MODEL --dataset-name random --tokenize-prompt --disable-tqdm "$@"
+  curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
+    'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
+    'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
+  curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
+  kill %1; wait
+}
+
 for what in "$@"; do
   case $what in
     sweep) step sweep 300 python3 benchmark/gpu_kernel_sweep.py ;;
@@ -89,29 +103,13 @@ for what in "$@"; do
     beside_test) (export RADIXLM_TEST_TOKENIZER=$MODEL; step beside_test 300 python3 -m pytest -q \
                  test/unit/managers/test_decode_fast_paths.py -k beside) ;;
     ttft_probe)  # TTFT without decode load: 2,048-token prompts, 2 output tokens, one at a time
-            python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
-                 --port 30000 --log-level warning --enable-metrics >"$OUT/server_$what.log" 2>&1 &
-            for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
-            step $what 120 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
-                 --tokenizer $MODEL --dataset-name random --num-prompts 20 --random-input-len 2048 \
-                 --random-output-len 2 --random-range-ratio 1 --request-rate 2 --tokenize-prompt --disable-tqdm
-            curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
-            kill %1; wait ;;
+            serve_and_bench $what 120 --num-prompts 20 --random-input-len 2048 --random-output-len 2 \
+                 --random-range-ratio 1 --request-rate 2 ;;
     online|online_trace|online_nobeside)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
             [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace_$what.jsonl"
             [ $what = online_nobeside ] && export RADIXLM_PREFILL_BESIDE_DECODE=0  # the A/B: drain before prefills
-            python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 \
-                 --port 30000 --log-level warning --enable-metrics ${SERVER_FLAGS:-} >"$OUT/server_$what.log" 2>&1 &
-            for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
-            step $what 300 python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
-                 --tokenizer $MODEL --dataset-name random --num-prompts ${ONLINE_PROMPTS:-100} --random-input-len 4096 \
-                 --random-output-len 2048 --random-range-ratio 0 --request-rate 1 --tokenize-prompt \
-                 --disable-tqdm --output-file "$OUT/$what.jsonl"
-            curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
-              'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
-              'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
-            curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
-            kill %1; wait
+            serve_and_bench $what 300 --num-prompts ${ONLINE_PROMPTS:-100} --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --request-rate 1 --output-file "$OUT/$what.jsonl"
             if [ -n "${RADIXLM_STEP_TRACE:-}" ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
               unset RADIXLM_STEP_TRACE; fi
             unset RADIXLM_PREFILL_BESIDE_DECODE ;;

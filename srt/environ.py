@@ -72,4 +72,3 @@ def prefill_beside_decode() -> bool:
     """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""
     return _get("PREFILL_BESIDE_DECODE", "1") != "0"
-

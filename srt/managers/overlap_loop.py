@@ -106,7 +106,7 @@ class OverlapLoop:
 
     def _can_lag(self) -> bool:
         s = self.s
-        if self.in_flight.batch.forward_mode != ForwardMode.DECODE or s.planner.chunked_req:
+        if not self._decode_in_flight():
             return False
         if s.waiting_queue and not self._admission_blocked():
             return False
@@ -115,16 +115,24 @@ class OverlapLoop:
         # unconstrained batches keep it). Cost: benchmark/RESULTS.md, "constrained decoding".
         if s.planner.abort_pending or self._rows_need_current_tokens():
             return False
-        return s.kv.available_tokens() >= 2 * len(s.running)
+        return self._kv_room()
+
+    def _decode_in_flight(self) -> bool:
+        """A decode is in flight and no chunked prefill waits to continue."""
+        flight = self.in_flight
+        return (flight is not None and flight.batch.forward_mode == ForwardMode.DECODE
+                and self.s.planner.chunked_req is None)
+
+    def _kv_room(self) -> bool:
+        """Slots for two more decode steps of every running request (no memory pressure)."""
+        return self.s.kv.available_tokens() >= 2 * len(self.s.running)
 
     def _beside_ok(self) -> bool:
         """A prefill may launch beside the in-flight decode: requests wait and admission is worth a
         try (not known to be blocked, no memory pressure, no chunked prefill or abort to resolve first)."""
-        s, flight = self.s, self.in_flight
-        return (self.beside and flight is not None and flight.batch.forward_mode == ForwardMode.DECODE
-                and bool(s.waiting_queue) and s.planner.chunked_req is None and not s.planner.abort_pending
-                and self.blocked_at != self._admission_signature()
-                and s.kv.available_tokens() >= 2 * len(s.running))
+        s = self.s
+        return (self.beside and self._decode_in_flight() and bool(s.waiting_queue) and not s.planner.abort_pending
+                and self.blocked_at != self._admission_signature() and self._kv_room())
 
     def _prefill_beside(self, newest: Optional[InFlight] = None) -> bool:
         """Launch a prefill of the waiting queue beside the decode(s) in flight and process it (its

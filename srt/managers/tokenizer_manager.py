@@ -135,12 +135,13 @@ class TokenizerManager:
                 state.observe_metrics(self.metrics_collector, meta)
 
     def _fail_all(self, reason: str) -> None:
+        message = f"the server is unhealthy: {reason}"  # one error per waiter: each is raised on its own
         for state in self.rid_to_state.values():
-            state.fail(ServerUnhealthyError(f"the server is unhealthy: {reason}"))
+            state.fail(ServerUnhealthyError(message))
         for waiters in self._pending_control.values():
             for fut in waiters:
                 if not fut.done():
-                    fut.set_exception(ServerUnhealthyError(f"the server is unhealthy: {reason}"))
+                    fut.set_exception(ServerUnhealthyError(message))
             waiters.clear()
 
     # ---- send side ------------------------------------------------------------------------
@@ -277,7 +278,7 @@ class TokenizerManager:
 
     def _check_healthy(self) -> None:
         if not self.is_healthy():
-            raise RuntimeError(f"the server is unhealthy: {self.dead_reason}")
+            raise ServerUnhealthyError(f"the server is unhealthy: {self.dead_reason}")
 
     def num_queued_requests(self) -> int:
         return len(self.rid_to_state)

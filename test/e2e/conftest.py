@@ -8,6 +8,8 @@ At the end it gets SIGTERM and must exit 0.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,6 +73,27 @@ def start_server(flags: list[str], log_path: Path, api_key: str = "") -> ServerH
     handle = ServerHandle(f"http://127.0.0.1:{port}", api_key, proc, log_path)
     _wait_ready(handle, environ.test_server_timeout_s())
     return handle
+
+
+def make_tiny_llama(folder: Path, tokenizer_dir: str, **config: object) -> str:
+    """Save a random 2-layer Llama (heads divide by 2; `config` overrides) with `tokenizer_dir`'s tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    cfg = LlamaConfig(**{**dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                num_hidden_layers=2, architectures=["LlamaForCausalLM"]), **config})
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(folder)
+    for name in os.listdir(tokenizer_dir):
+        if name.startswith("tokenizer"):
+            shutil.copy(os.path.join(tokenizer_dir, name), folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_maker() -> Callable[..., str]:
+    """`make_tiny_llama` for the tests that serve a tiny random model."""
+    return make_tiny_llama
 
 
 @pytest.fixture(scope="session")

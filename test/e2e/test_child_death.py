@@ -13,24 +13,14 @@ from typing import Callable
 import httpx
 import openai
 import pytest
-import torch
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def tiny_model(tmp_path: Path, smollm2_dir: str) -> str:
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                      num_hidden_layers=2, vocab_size=49152, max_position_embeddings=4096,
-                      architectures=["LlamaForCausalLM"])
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(tmp_path / "tiny")
-    for name in os.listdir(smollm2_dir):
-        if name.startswith("tokenizer"):
-            os.link(os.path.join(smollm2_dir, name), tmp_path / "tiny" / name)
-    return str(tmp_path / "tiny")
+def tiny_model(tmp_path: Path, smollm2_dir: str, tiny_llama_maker: Callable) -> str:
+    """SmolLM2's vocabulary, so any prompt text is in range; room for a long generation."""
+    return tiny_llama_maker(tmp_path / "tiny", smollm2_dir, vocab_size=49152, max_position_embeddings=4096)
 
 
 @pytest.mark.timeout(300)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,10 +22,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
-import torch
 
 import radixlm
 
@@ -48,20 +46,10 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: str) -> str:
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: str, tiny_llama_maker: Callable) -> str:
     """A random Llama whose heads divide by 2, with the SmolLM2 tokenizer copied in."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    folder = tmp_path_factory.mktemp("tiny_llama")
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                      num_hidden_layers=2, vocab_size=1024, max_position_embeddings=512,
-                      architectures=["LlamaForCausalLM"], bos_token_id=None, eos_token_id=None)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(folder)
-    for name in os.listdir(smollm2_dir):
-        if name.startswith("tokenizer"):
-            shutil.copy(os.path.join(smollm2_dir, name), folder)
-    return str(folder)
+    return tiny_llama_maker(tmp_path_factory.mktemp("tiny_llama"), smollm2_dir, vocab_size=1024,
+                            max_position_embeddings=512, bos_token_id=None, eos_token_id=None)
 
 
 def reference_tokens(model_path: str, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
