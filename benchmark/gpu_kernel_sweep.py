@@ -74,7 +74,17 @@ def decode_launch(lens: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, 
 
 
 def decode_cases(spec: str) -> list[tuple[int, int]]:
-    return [tuple(int(x) for x in c.split("x")) for c in spec.split(",")]
+    """"BSxCTX,..."; a trailing "r" (e.g. 256x2800r) draws the lengths uniformly in [1, 2 * CTX - 1] instead,
+    as a serving batch has them (the split count and tail tiles then differ per request)."""
+    return [(int(c.split("x")[0]), c.split("x")[1]) for c in spec.split(",")]
+
+
+def case_lens(ctx: str, bs: int, seed: int = 0) -> list[int]:
+    if ctx.endswith("r"):
+        mean = int(ctx[:-1])
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(1, 2 * mean, (bs,), generator=g).tolist()
+    return [int(ctx)] * bs
 
 
 def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, int]]) -> None:
@@ -83,13 +93,15 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
     print("| bs x ctx | default " + str(default) + " | best | best config (BLOCK_N, warps, stages, occupancy) |")
     print("|---|---|---|---|")
     for bs, ctx in cases:
-        kb, vb, r2t, rows = pool([ctx] * bs)
-        lens = torch.full((bs,), ctx, device=DEV)
+        lens_list = case_lens(ctx, bs)
+        kb, vb, r2t, rows = pool(lens_list)
+        lens = torch.tensor(lens_list, device=DEV)
+        checked = sum(lens_list) <= 300_000
         q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
         o = torch.empty_like(q)
         ref = torch.empty_like(q)
-        R.decode_attention_ref(q, kb, vb, ref, r2t, rows, lens, D ** -0.5) if bs * ctx <= 300_000 else None
-        nbytes = 2 * bs * ctx * HKV * D * 2
+        R.decode_attention_ref(q, kb, vb, ref, r2t, rows, lens, D ** -0.5) if checked else None
+        nbytes = 2 * sum(lens_list) * HKV * D * 2
         launch: list = []
 
         def apply(cfg: tuple) -> None:
@@ -101,7 +113,7 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
             K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
 
         def check(cfg: tuple) -> None:
-            if bs * ctx <= 300_000:
+            if checked:
                 torch.testing.assert_close(o, ref, atol=2e-2, rtol=2e-2)
 
         results = time_configs(configs, apply, fn, check)
@@ -114,54 +126,58 @@ def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, 
         torch.cuda.empty_cache()
 
 
-def run_decode_fp8(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, bool]]) -> None:
-    """The decode kernel over an fp8_e4m3 pool, one config per tuple of `knobs`' values."""
-    knobs = ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_VIA_F16")
+def run_decode_fp8(cases: list[tuple[int, str]], configs: list[tuple]) -> None:
+    """The decode kernel over an fp8_e4m3 pool, one config per tuple of `knobs`' values; the bf16 pool
+    beside it with the default knobs."""
+    knobs = ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_VIA_F16", "FP8_SWAP_AB")
     default = tuple(getattr(dec, k) for k in knobs)
     print("\n## decode attention, fp8_e4m3 K/V (us per layer call; TB/s of fp8 K+V read)")
     print(f"| bs x ctx | default {default} | best | best config {knobs} | bf16 pool, default knobs |")
     print("|---|---|---|---|---|")
     for bs, ctx in cases:
-        kb16, vb16, r2t, rows = pool([ctx] * bs)
+        lens_list = case_lens(ctx, bs)
+        kb16, vb16, r2t, rows = pool(lens_list)
         kb, vb = kb16.to(torch.float8_e4m3fn), vb16.to(torch.float8_e4m3fn)
-        lens = torch.full((bs,), ctx, device=DEV)
+        lens = torch.tensor(lens_list, device=DEV)
         q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
         o = torch.empty_like(q)
-        grid, splits, logits, lse = decode_launch(lens)
-        checked = bs * ctx <= 300_000
+        checked = sum(lens_list) <= 300_000
         if checked:
             ref = torch.empty_like(q)
             R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
-        t16 = bench(lambda: K.decode_attention_fwd(q, kb16, vb16, o, r2t, rows, lens, splits, D ** -0.5, grid,
-                                                   logits, lse))
-        del kb16, vb16
-        nbytes = 2 * bs * ctx * HKV * D
+        launch: list = []
         errors: dict = {}
 
         def apply(cfg: tuple) -> None:
             for name, value in zip(knobs, cfg):
                 setattr(dec, name, value)
+            launch[:] = decode_launch(lens)
 
-        def fn() -> None:
-            K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
+        def attend(k_pool: torch.Tensor, v_pool: torch.Tensor) -> None:
+            grid, splits, logits, lse = launch
+            K.decode_attention_fwd(q, k_pool, v_pool, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
 
         def check(cfg: tuple) -> None:
             if checked:
                 errors[cfg] = (o.float() - ref.float()).abs().max().item()
 
-        results = time_configs(configs, apply, fn, check)
-        apply(default)
+        results = time_configs(configs, apply, lambda: attend(kb, vb), check)
         best = min(results, key=results.get)
+        apply(default)
+        t16 = bench(lambda: attend(kb16, vb16))
         d_ms = results.get(default, float("nan"))
+        nbytes = 2 * sum(lens_list) * HKV * D
         print(f"| {bs} x {ctx} | {d_ms * 1e3:.1f} us ({nbytes / d_ms / 1e9:.2f} TB/s) | "
               f"{results[best] * 1e3:.1f} us ({nbytes / results[best] / 1e9:.2f} TB/s) | {best} | "
               f"{t16 * 1e3:.1f} us |", flush=True)
-        via_bf16 = [c for c in results if not c[3]]
-        if via_bf16:
-            c = min(via_bf16, key=results.get)
-            err = f", max error vs the fp32 reference {errors[c]:.2e}" if c in errors else ""
-            print(f"  best reading up to bf16 instead: {results[c] * 1e3:.1f} us at {c}{err}", flush=True)
-        del kb, vb
+        for label, pick in (("reading up to bf16", lambda c: not c[3]), ("q on the left", lambda c: not c[4]),
+                            ("K/V on the left", lambda c: c[4])):
+            chosen = [c for c in results if pick(c)]
+            if chosen:
+                c = min(chosen, key=results.get)
+                err = f", max error vs the reference {errors[c]:.2e}" if c in errors else ""
+                print(f"  best {label}: {results[c] * 1e3:.1f} us at {c}{err}", flush=True)
+        del kb, vb, kb16, vb16
         torch.cuda.empty_cache()
 
 
@@ -327,9 +343,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.fp8_only:
-        f8 = [(bn, w, st, f16) for bn, w, st, f16 in itertools.product([64, 128, 256], [2, 4, 8], [2, 3, 4],
-                                                                       [False, True])]
-        default_f8 = (dec.FP8_BLOCK_N, dec.FP8_NUM_WARPS, dec.FP8_NUM_STAGES, dec.FP8_VIA_F16)
+        kernels = [(64, 2, 3, True, False), (64, 4, 2, True, False), (64, 2, 3, True, True), (64, 4, 3, True, True),
+                   (64, 4, 4, True, True), (128, 4, 3, True, True), (128, 4, 4, True, True)]
+        f8 = kernels + [(64, 2, 3, False, False), (64, 4, 3, False, True), (32, 4, 3, True, True)]
+        default_f8 = (dec.FP8_BLOCK_N, dec.FP8_NUM_WARPS, dec.FP8_NUM_STAGES, dec.FP8_VIA_F16, dec.FP8_SWAP_AB)
         run_decode_fp8(decode_cases(args.decode), [default_f8] + [c for c in f8 if c != default_f8])
         return
     dconfigs = [(bn, w, st, occ) for bn, w, st in itertools.product([32, 64, 128], [2, 4, 8], [1, 2, 3])

@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--prefill", default="1x0x8192,4x0x2048,1x4096x4096,16x2048x128",
                         help="comma-separated REQSxPREFIXxNEW prefill cases")
     parser.add_argument("--cuda-graph-max-bs", type=int, default=256)
+    parser.add_argument("--kv-cache-dtype", default="auto", help="auto (the model dtype) or fp8_e4m3 / fp8_e5m2")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself")
     args = parser.parse_args()
     decode = [tuple(int(x) for x in c.split("x")) for c in args.decode.split(",") if c]
@@ -197,11 +198,11 @@ def main() -> None:
     server_args = ServerArgs(model_path=args.model_path, load_format=args.load_format,
                              dtype="bfloat16" if args.device == "cuda" else "float32", device=args.device, attention_backend=args.attention_backend, max_total_tokens=need,
                              max_running_requests=max([b for b, _ in decode] + [r for r, _, _ in prefill]),
-                             cuda_graph_max_bs=args.cuda_graph_max_bs).resolved()
+                             cuda_graph_max_bs=args.cuda_graph_max_bs, kv_cache_dtype=args.kv_cache_dtype).resolved()
     runner = ModelRunner(server_args)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"device {name}, torch {torch.__version__}, backend {server_args.attention_backend}, "
-          f"graphs up to bs {args.cuda_graph_max_bs}")
+          f"graphs up to bs {args.cuda_graph_max_bs}, kv cache {server_args.kv_cache_dtype}")
     if args.device == "cuda":
         print(f"matmuls alone (bs 1, in a graph): {matmul_floor(runner):.3f} ms")
     print("\n| bs | ctx | step ms | graph ms (GPU) | build batch ms | replay call ms | eager ms | "

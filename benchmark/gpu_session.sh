@@ -70,6 +70,11 @@ for what in "$@"; do
                  --dtype bfloat16 --batch-size 1 8 64 --input-len 256 --output-len 256 ;;
     profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --decode 1x256,1x512,8x512,64x2048,192x2560 --prefill 1x0x1024,1x0x2048,1x0x4096,4x0x2048 ;;
+    profile_fp8) step profile_fp8 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --kv-cache-dtype fp8_e4m3 --cuda-graph-max-bs 256 --decode 1x256,8x2560,256x2800 --prefill 1x0x2048 ;;
+    kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
+                 test/kernel/test_activation.py test/kernel/test_rotary.py test/kernel/test_attention.py \
+                 test/unit/layers/test_layers_cuda.py ;;
     kernels) step kernels 300 python3 -m pytest -q test/kernel test/unit/layers/test_layers_cuda.py \
                  test/unit/layers/test_fused_gemv_cuda.py ;;
     parity) step parity 420 python3 benchmark/gpu_hf_parity.py --config $MODEL --layers 4 --new-tokens 32 ;;
@@ -86,6 +91,11 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 \
                  --kv-cache-dtype fp8_e4m3 ;;
+    offline_ci_fp8_prev) (export RADIXLM_KERNEL_FP8_DECODE=64,2,3,0  # the fifth session's fp8 decode knobs
+                 step offline_ci_fp8_prev 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 \
+                 --kv-cache-dtype fp8_e4m3) ;;
     shared_prefix_nocascade) (export RADIXLM_DECODE_CASCADE=0; step shared_prefix_nocascade 240 \
                  python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
@@ -115,7 +125,7 @@ for what in "$@"; do
             unset RADIXLM_PREFILL_BESIDE_DECODE ;;
     cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;
     fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
-                 --decode ${FP8_CASES:-1x4096,8x2048,64x2048,192x2560,512x2300} ;;
+                 --decode ${FP8_CASES:-8x2048,64x2048,192x2560,256x2800r,512x2300r} ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;
     *) echo "unknown step $what" ;;

@@ -1,4 +1,8 @@
-"""SiLU-and-mul: `silu(x[:, :I]) * x[:, I:]` for the gated MLP, float32 inside."""
+"""SiLU-and-mul: `silu(x[:, :I]) * x[:, I:]` for the gated MLP, float32 inside.
+
+Rounded where Hugging Face's `act_fn(gate) * up` rounds: SiLU's result to the output dtype, then
+the product (no-ops in float32).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,9 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, inter, BLOCK: tl.
     mask = cols < inter
     gate = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_ptr + row * x_stride + inter + cols, mask=mask, other=0.0).to(tl.float32)
-    out = gate / (1.0 + tl.exp(-gate)) * up
-    tl.store(out_ptr + row * out_stride + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+    dtype = out_ptr.dtype.element_ty
+    act = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    tl.store(out_ptr + row * out_stride + cols, (act * up).to(dtype), mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

@@ -46,4 +46,25 @@ def gemv(x: torch.Tensor, w: torch.Tensor, config: int = 0, warps: int = 4) -> t
     ext = load()
     if ext is None:
         raise RuntimeError(f"the CUDA GEMV extension is unavailable: {load_error}")
+    check_inputs(x, w, config, warps)
     return ext.gemv(x, w, config, warps)
+
+
+def check_inputs(x: torch.Tensor, w: torch.Tensor, config: int, warps: int) -> None:
+    """ValueError naming the parameter for what the kernel cannot take. The extension's own TORCH_CHECKs
+    are a backstop only: on the H200 image an exception thrown inside the JIT-built module crashed the
+    process (a segfault in the sixth session's device run) instead of reaching Python."""
+    for name, t in (("x", x), ("w", w)):
+        if not t.is_cuda or t.dtype != torch.bfloat16 or t.dim() != 2:
+            raise ValueError(f"{name} must be a 2-D bfloat16 CUDA tensor, got {t.dtype} {tuple(t.shape)} on {t.device}")
+        if t.stride(1) != 1 or t.data_ptr() % 16:
+            raise ValueError(f"{name} must have a unit last stride and a 16-byte aligned start")
+    if not 1 <= x.shape[0] <= MAX_M:
+        raise ValueError(f"x must have 1 to {MAX_M} rows, got {x.shape[0]}")
+    if x.shape[1] != w.shape[1] or w.shape[1] % 8 or x.stride(0) % 8 or w.stride(0) != w.shape[1]:
+        raise ValueError(f"x {tuple(x.shape)} and w {tuple(w.shape)} need one K, a multiple of 8, and "
+                         f"16-byte aligned rows (w contiguous)")
+    if config not in CONFIGS:
+        raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config}")
+    if warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"warps must be 1, 2, 4, 8 or 16, got {warps}")

@@ -13,6 +13,7 @@ sequence lengths; programs whose split is past `num_kv_splits[b]` exit at once.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Optional, Union
 
 import torch
@@ -33,13 +34,21 @@ MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the p
 OCCUPANCY = 2  # aim for this many split programs per SM
 # fp8 pools: a tile of BLOCK_N tokens is half the bytes, so they get their own knobs. FP8_VIA_F16 reads
 # K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
-# On an H200: 2.0 -> 2.8 TB/s of fp8 K/V at bs 192-512 (`gpu_kernel_sweep.py --fp8-only`). The sweep's
-# uniform lengths preferred 128-token tiles, but on the offline CI workload they were slower (32.5 against
-# 27.9 ms per decode step); prefetching the next tile into registers and an fp8 q.k product both lost.
+# FP8_SWAP_AB puts the K/V tile on the left of both dots (s^T = K q^T, acc^T += V^T p^T), so the tile
+# is converted in the left operand's registers. On an H200 (`gpu_kernel_sweep.py --fp8-only`):
+# bf16 reads 2.0 -> fp16 reads 2.8 TB/s at bs 192-512 (uniform lengths); K/V on the left, 4 warps:
+# 2.36 -> 2.61 TB/s at bs 512 with lengths uniform in [1, 4600]. 128-token tiles won the uniform sweep
+# but lost on the offline CI workload; prefetching the next tile and an fp8 q.k product both lost.
+# RADIXLM_KERNEL_FP8_DECODE="BLOCK_N,WARPS,STAGES,SWAP_AB" overrides them (for A/B runs).
 FP8_BLOCK_N = 64
-FP8_NUM_WARPS = 2
+FP8_NUM_WARPS = 4
 FP8_NUM_STAGES = 3
 FP8_VIA_F16 = True
+FP8_SWAP_AB = True
+SWAP_AB = False  # the same for bf16/fp16/fp32 pools: measured no faster there (second session's sweep)
+if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
+    _bn, _w, _st, _swap = (int(x) for x in os.environ["RADIXLM_KERNEL_FP8_DECODE"].split(","))
+    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB = _bn, _w, _st, bool(_swap)
 
 
 @triton.jit
@@ -49,7 +58,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          group, head_dim, v_head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
                          BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr,
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
-                         KV_FP8: tl.constexpr, VIA_F16: tl.constexpr):
+                         KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr):
     if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
         b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
     else:
@@ -77,29 +86,14 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
             q = q.to(tl.float16)
         elif not KV_FP8:  # fp8 pools are read up to q's dtype instead
             q = q.to(k_buf_ptr.dtype.element_ty)
-        m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
-        l = tl.zeros([BLOCK_H], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
-        for n0 in range(start, end, BLOCK_N):
-            n = n0 + tl.arange(0, BLOCK_N)
-            n_mask = n < end
-            slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
-            k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + kv_head * kb_s1 + d[:, None],
-                        mask=n_mask[None, :] & (d[:, None] < head_dim), other=0.0)
-            if KV_FP8:
-                k = k.to(q.dtype)
-            s = tl.dot(q, k).to(tl.float32) * sm_scale
-            s = tl.where(n_mask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            v = tl.load(v_buf_ptr + slots[:, None] * vb_s0 + kv_head * vb_s1 + dv[None, :],
-                        mask=n_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
-            if KV_FP8:
-                v = v.to(q.dtype)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
-            l = l * alpha + tl.sum(p, axis=1)
-            m = m_new
+        if SWAP_AB:
+            acc, m, l = _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head,
+                                        kb_s0, kb_s1, vb_s0, vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H,
+                                        BLOCK_DV, BLOCK_N, KV_FP8)
+        else:
+            acc, m, l = _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head,
+                                       kb_s0, kb_s1, vb_s0, vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H,
+                                       BLOCK_DV, BLOCK_N, KV_FP8)
         out = acc / l[:, None]
         if DIRECT_OUT:  # one split per request: this is the final output, no merge pass
             if CASCADE:  # fold in the prefix partials the cascade kernel wrote before this launch
@@ -112,6 +106,71 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
             out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (SPLIT_BASE + split) * mo_s2 + dv[None, :]
             tl.store(out_ptrs, out, mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
             tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + SPLIT_BASE + split, m + tl.log(l), mask=h_mask)
+
+
+@triton.jit
+def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head, kb_s0, kb_s1, vb_s0,
+                   vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   BLOCK_N: tl.constexpr, KV_FP8: tl.constexpr):
+    """Online softmax over context [start, end) with q as the left operand: s = q K^T, acc += p V.
+    Returns (acc [BLOCK_H, BLOCK_DV], running max, running sum), float32."""
+    m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
+    l = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_mask = n < end
+        slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
+        k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + kv_head * kb_s1 + d[:, None],
+                    mask=n_mask[None, :] & (d[:, None] < head_dim), other=0.0)
+        if KV_FP8:
+            k = k.to(q.dtype)
+        s = tl.dot(q, k).to(tl.float32) * sm_scale
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        v = tl.load(v_buf_ptr + slots[:, None] * vb_s0 + kv_head * vb_s1 + dv[None, :],
+                    mask=n_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+        if KV_FP8:
+            v = v.to(q.dtype)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
+        l = l * alpha + tl.sum(p, axis=1)
+        m = m_new
+    return acc, m, l
+
+
+@triton.jit
+def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head, kb_s0, kb_s1,
+                    vb_s0, vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H: tl.constexpr,
+                    BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, KV_FP8: tl.constexpr):
+    """The same with the K/V tiles as the left operand (s^T = K q^T, acc^T += V^T p^T), so an fp8 tile
+    is converted in the left operand's registers; the transposes are of the small q and acc only."""
+    qt = tl.trans(q)
+    m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
+    l = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc_t = tl.zeros([BLOCK_DV, BLOCK_H], dtype=tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_mask = n < end
+        slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
+        k = tl.load(k_buf_ptr + slots[:, None] * kb_s0 + kv_head * kb_s1 + d[None, :],
+                    mask=n_mask[:, None] & (d[None, :] < head_dim), other=0.0)
+        if KV_FP8:
+            k = k.to(q.dtype)
+        st = tl.dot(k, qt).to(tl.float32) * sm_scale
+        st = tl.where(n_mask[:, None], st, float("-inf"))
+        m_new = tl.maximum(m, tl.max(st, axis=0))
+        alpha = tl.exp(m - m_new)
+        pt = tl.exp(st - m_new[None, :])
+        vt = tl.load(v_buf_ptr + slots[None, :] * vb_s0 + kv_head * vb_s1 + dv[:, None],
+                     mask=n_mask[None, :] & (dv[:, None] < v_head_dim), other=0.0)
+        if KV_FP8:
+            vt = vt.to(q.dtype)
+        acc_t = acc_t * alpha[None, :] + tl.dot(vt, pt.to(vt.dtype)).to(tl.float32)
+        l = l * alpha + tl.sum(pt, axis=0)
+        m = m_new
+    return tl.trans(acc_t), m, l
 
 
 @triton.jit
@@ -282,8 +341,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         order if order is not None else seq_lens, pre_len, n_pre, group, head_dim, v_head_dim,
         BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
-        CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16, num_warps=warps,
-        num_stages=stages)
+        CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
+        SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, num_warps=warps, num_stages=stages)
     if direct:
         return
     _decode_merge_kernel[(bs, num_q_heads)](

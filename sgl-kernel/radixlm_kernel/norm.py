@@ -1,4 +1,9 @@
-"""RMSNorm and fused residual-add + RMSNorm: one program per row, float32 inside."""
+"""RMSNorm and fused residual-add + RMSNorm: one program per row, float32 inside.
+
+The rounding points are Hugging Face's (and the native layer's): the normalized row is rounded to
+the output dtype before the weight multiplies it, and the product is rounded again. In float32
+both are no-ops; in bf16 they keep a greedy decode on HF's tokens where one rounding would not.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,12 @@ from radixlm_kernel.utils import next_power_of_2, num_warps_for
 
 @triton.jit
 def _store_normalized(out_ptr, out_stride, row, cols, mask, x, w_ptr, hidden, eps):
-    """Store `x * rsqrt(mean(x**2) + eps) * w` (x float32, one row) into row `row` of out."""
+    """Store `w * round(x * rsqrt(mean(x**2) + eps))` (x float32, one row) into row `row` of out."""
+    dtype = out_ptr.dtype.element_ty
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / hidden + eps)
-    tl.store(out_ptr + row * out_stride + cols, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+    rstd = tl.math.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
+    normed = (x * rstd).to(dtype).to(tl.float32)
+    tl.store(out_ptr + row * out_stride + cols, (normed * w).to(dtype), mask=mask)
 
 
 @triton.jit

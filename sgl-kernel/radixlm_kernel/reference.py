@@ -1,7 +1,8 @@
 """Pure-torch references for every kernel: the semantics the Triton kernels are tested against.
 
-They compute in float32 and cast back to the input dtype where the kernel does, so
-a kernel and its reference agree to rounding. None of them is meant to be fast.
+They compute in float32 and cast back to the input dtype where the kernel does (for the norm,
+SiLU-and-mul and rotary: where Hugging Face's bf16 modules round), so a kernel and its reference
+agree to rounding. None of them is meant to be fast.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import torch.nn.functional as F
 
 def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return (h * weight.float()).to(x.dtype)
+    h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return (h.float() * weight.float()).to(x.dtype)
 
 
 def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
@@ -26,7 +27,7 @@ def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, weight: torch
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
     gate, up = x.float().chunk(2, dim=-1)
-    return (F.silu(gate) * up).to(x.dtype)
+    return (F.silu(gate).to(x.dtype).float() * up).to(x.dtype)
 
 
 def linear_gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
@@ -63,13 +64,16 @@ def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size
     rotary_dim = cos.shape[-1] * 2
     h = x.float().reshape(x.shape[0], -1, head_size)
     rot, rest = h[..., :rotary_dim], h[..., rotary_dim:]
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    def r(t: torch.Tensor) -> torch.Tensor:  # rounded to x's dtype and back
+        return t.to(x.dtype).float()
+
+    cos, sin = r(cos.unsqueeze(1)), r(sin.unsqueeze(1))
     if is_neox:
         x1, x2 = rot.chunk(2, dim=-1)
-        rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        rot = torch.cat((r(x1 * cos) - r(x2 * sin), r(x2 * cos) + r(x1 * sin)), dim=-1)
     else:
         x1, x2 = rot[..., 0::2], rot[..., 1::2]
-        rot = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        rot = torch.stack((r(x1 * cos) - r(x2 * sin), r(x2 * cos) + r(x1 * sin)), dim=-1).flatten(-2)
     return torch.cat((rot, rest), dim=-1).reshape(x.shape).to(x.dtype)
 
 

@@ -8,6 +8,9 @@ rotates adjacent pairs. Dims past `rotary_dim` are left alone. One program per t
 `apply_rotary_pos_emb_and_store_kv_` also writes the rotated k and the untouched v into the
 KV pool at each token's slot, saving the separate store kernel (and the copies a fused qkv
 projection would otherwise need): q, k and v may be strided column slices of one tensor.
+
+Rounded where Hugging Face's `q * cos + rotate_half(q) * sin` rounds in q's dtype: cos and sin,
+each product, then the sum (no-ops in float32).
 """
 
 from __future__ import annotations
@@ -34,9 +37,14 @@ def _rotated(x_ptr, row_stride, token, num_heads, cos, sin, head_size, half,
         off1 = heads * head_size + pairs * 2
         off2 = heads * head_size + pairs * 2 + 1
     src = x_ptr + token * row_stride
+    dtype = x_ptr.dtype.element_ty
     x1 = tl.load(src + off1, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(src + off2, mask=mask, other=0.0).to(tl.float32)
-    return off1, off2, mask, x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    c = cos.to(dtype).to(tl.float32)
+    s = sin.to(dtype).to(tl.float32)
+    y1 = (x1 * c).to(dtype).to(tl.float32) - (x2 * s).to(dtype).to(tl.float32)
+    y2 = (x2 * c).to(dtype).to(tl.float32) + (x1 * s).to(dtype).to(tl.float32)
+    return off1, off2, mask, y1, y2
 
 
 @triton.jit

@@ -55,6 +55,25 @@ def test_decode_attention(device: str, dtype: torch.dtype, tol: dict, group: int
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
+@pytest.mark.parametrize("group", [1, 4])
+def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, group: int,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """SWAP_AB (the K/V tile as the left operand of both dots) gives the reference's output."""
+    import radixlm_kernel.decode_attention as dec
+
+    monkeypatch.setattr(dec, "SWAP_AB", True)
+    torch.manual_seed(1)
+    kv_heads, head_dim, seq_lens = 2, 64, [1, 37, 300]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    o, ref = torch.empty_like(q), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 3, head_dim ** -0.5)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
 def test_num_kv_splits_bounds(device: str) -> None:
     lens = torch.tensor([1, 255, 257, 100000], device=device)
     splits = compute_num_kv_splits(lens, num_kv_heads=8, max_kv_splits=16, num_sms=132)
@@ -128,15 +147,17 @@ def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dic
     torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("via_f16", [True, False], ids=["via-f16", "via-q-dtype"])
+@pytest.mark.parametrize("via_f16,swap", [(True, False), (False, False), (True, True)],
+                         ids=["via-f16", "via-q-dtype", "via-f16-kv-left"])
 @pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_fp8_pool(device: str, dtype: torch.dtype, tol: dict, fp8_tol: dict, fp8: torch.dtype, via_f16: bool,
-                  monkeypatch: pytest.MonkeyPatch) -> None:
+                  swap: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """An fp8 KV pool (--kv-cache-dtype fp8_*): the kernels read it up to float16 (decode, the default)
-    or q's dtype, so they match the reference on the same stored values."""
+    or q's dtype, with either operand order, so they match the reference on the same stored values."""
     import radixlm_kernel.decode_attention as dec
 
     monkeypatch.setattr(dec, "FP8_VIA_F16", via_f16)
+    monkeypatch.setattr(dec, "FP8_SWAP_AB", swap)
     torch.manual_seed(3)
     kv_heads, head_dim, group = 2, 64, 4
     seq_lens = [300, 17]

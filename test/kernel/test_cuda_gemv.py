@@ -43,10 +43,17 @@ def test_matches_fp32_matmul(ext: object, m: int, n: int, k: int) -> None:
 
 
 def test_rejects_bad_input(ext: object) -> None:
+    """Checked in Python before the launch, each error naming the parameter; the call after them works."""
     w = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="1 to 8 rows"):
+    x = torch.randn(1, 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="x must have 1 to 8 rows, got 9"):
         cuda_gemv.gemv(torch.randn(9, 256, device="cuda", dtype=torch.bfloat16), w)
-    with pytest.raises(RuntimeError, match="bfloat16 expected"):
+    with pytest.raises(ValueError, match="x must be a 2-D bfloat16 CUDA tensor"):
         cuda_gemv.gemv(torch.randn(1, 256, device="cuda"), w)
-    with pytest.raises(RuntimeError, match="config 0-4"):
-        cuda_gemv.gemv(torch.randn(1, 256, device="cuda", dtype=torch.bfloat16), w, config=7)
+    with pytest.raises(ValueError, match="need one K"):
+        cuda_gemv.gemv(torch.randn(1, 128, device="cuda", dtype=torch.bfloat16), w)
+    with pytest.raises(ValueError, match="config must be one of"):
+        cuda_gemv.gemv(x, w, config=7)
+    with pytest.raises(ValueError, match="warps must be"):
+        cuda_gemv.gemv(x, w, warps=0)
+    torch.testing.assert_close(cuda_gemv.gemv(x, w).float(), x.float() @ w.float().T, atol=2e-2, rtol=2e-2)
