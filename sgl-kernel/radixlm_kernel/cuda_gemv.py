@@ -56,7 +56,8 @@ def check_inputs(x: torch.Tensor, w: torch.Tensor, config: int, warps: int) -> N
     process (a segfault in the sixth session's device run) instead of reaching Python."""
     for name, t in (("x", x), ("w", w)):
         if not t.is_cuda or t.dtype != torch.bfloat16 or t.dim() != 2:
-            raise ValueError(f"{name} must be a 2-D bfloat16 CUDA tensor, got {t.dtype} {tuple(t.shape)} on {t.device}")
+            raise ValueError(f"{name} must be a 2-D bfloat16 CUDA tensor, got {t.dtype} {tuple(t.shape)} "
+                             f"on {t.device}")
         if t.stride(1) != 1 or t.data_ptr() % 16:
             raise ValueError(f"{name} must have a unit last stride and a 16-byte aligned start")
     if not 1 <= x.shape[0] <= MAX_M:

@@ -1,8 +1,8 @@
 """RMSNorm and fused residual-add + RMSNorm: one program per row, float32 inside.
 
 The rounding points are Hugging Face's (and the native layer's): the normalized row is rounded to
-the output dtype before the weight multiplies it, and the product is rounded again. In float32
-both are no-ops; in bf16 they keep a greedy decode on HF's tokens where one rounding would not.
+the output dtype before the weight multiplies it, and the product is rounded again (no-ops in
+float32), so in bf16 the kernel gives HF's module's values, not ones a rounding step away.
 """
 
 from __future__ import annotations

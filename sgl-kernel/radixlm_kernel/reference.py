@@ -64,6 +64,7 @@ def _rotate_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_size
     rotary_dim = cos.shape[-1] * 2
     h = x.float().reshape(x.shape[0], -1, head_size)
     rot, rest = h[..., :rotary_dim], h[..., rotary_dim:]
+
     def r(t: torch.Tensor) -> torch.Tensor:  # rounded to x's dtype and back
         return t.to(x.dtype).float()
 
