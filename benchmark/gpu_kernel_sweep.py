@@ -73,13 +73,14 @@ def decode_launch(lens: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, 
     return K.grid_kv_splits(bs, HKV, 32, sms), K.compute_num_kv_splits(lens, HKV, 32, sms), logits, lse
 
 
-def decode_cases(spec: str) -> list[tuple[int, int]]:
+def decode_cases(spec: str) -> list[tuple[int, str]]:
     """"BSxCTX,..."; a trailing "r" (e.g. 256x2800r) draws the lengths uniformly in [1, 2 * CTX - 1] instead,
     as a serving batch has them (the split count and tail tiles then differ per request)."""
     return [(int(c.split("x")[0]), c.split("x")[1]) for c in spec.split(",")]
 
 
 def case_lens(ctx: str, bs: int, seed: int = 0) -> list[int]:
+    """The `bs` context lengths of a `decode_cases` entry."""
     if ctx.endswith("r"):
         mean = int(ctx[:-1])
         g = torch.Generator().manual_seed(seed)
@@ -87,7 +88,7 @@ def case_lens(ctx: str, bs: int, seed: int = 0) -> list[int]:
     return [int(ctx)] * bs
 
 
-def run_decode(cases: list[tuple[int, int]], configs: list[tuple[int, int, int, int]]) -> None:
+def run_decode(cases: list[tuple[int, str]], configs: list[tuple[int, int, int, int]]) -> None:
     default = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY)
     print("\n## decode attention (ms per layer call; TB/s of K+V read)")
     print("| bs x ctx | default " + str(default) + " | best | best config (BLOCK_N, warps, stages, occupancy) |")

@@ -45,10 +45,21 @@ FP8_NUM_WARPS = 4
 FP8_NUM_STAGES = 3
 FP8_VIA_F16 = True
 FP8_SWAP_AB = True
-SWAP_AB = False  # the same for bf16/fp16/fp32 pools: measured no faster there (second session's sweep)
+SWAP_AB = False  # the same for bf16/fp16/fp32 pools; the K/V-left order was swept on fp8 pools only
+
+
+def _fp8_knobs_from_env(value: str) -> tuple[int, int, int, bool]:
+    try:
+        block_n, warps, stages, swap = (int(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB (four integers), "
+                         f"got {value!r}") from None
+    return block_n, warps, stages, bool(swap)
+
+
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
-    _bn, _w, _st, _swap = (int(x) for x in os.environ["RADIXLM_KERNEL_FP8_DECODE"].split(","))
-    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB = _bn, _w, _st, bool(_swap)
+    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB = _fp8_knobs_from_env(
+        os.environ["RADIXLM_KERNEL_FP8_DECODE"])
 
 
 @triton.jit
@@ -109,6 +120,14 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
 
 
 @triton.jit
+def _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N: tl.constexpr):
+    """The pool slots of context positions [n0, n0 + BLOCK_N) of request row `row`, and which are < end."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = n < end
+    return n_mask, tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
+
+
+@triton.jit
 def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head, kb_s0, kb_s1, vb_s0,
                    vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr,
                    BLOCK_N: tl.constexpr, KV_FP8: tl.constexpr):
@@ -118,9 +137,7 @@ def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
     for n0 in range(start, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = n < end
-        slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
+        n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
         k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + kv_head * kb_s1 + d[:, None],
                     mask=n_mask[None, :] & (d[:, None] < head_dim), other=0.0)
         if KV_FP8:
@@ -151,9 +168,7 @@ def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, star
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc_t = tl.zeros([BLOCK_DV, BLOCK_H], dtype=tl.float32)
     for n0 in range(start, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = n < end
-        slots = tl.load(req_to_token_ptr + row * r2t_s0 + n, mask=n_mask, other=0).to(tl.int64)
+        n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
         k = tl.load(k_buf_ptr + slots[:, None] * kb_s0 + kv_head * kb_s1 + d[None, :],
                     mask=n_mask[:, None] & (d[None, :] < head_dim), other=0.0)
         if KV_FP8:

@@ -5,8 +5,9 @@ tokens; the host time spent building it (`build_ms`), waiting for its results (`
 processing them (`process_ms`); on CUDA its device time between events recorded around the
 forward on its stream (`gpu_ms`) and the device's idle gap before it started (`bubble_ms`: from
 the end of the batch processed before it). A bubble is host time the overlap did not hide; it is
-negative where the two overlapped (a prefill beside a decode, and the decode processed after it). `benchmark/step_trace_summary.py` turns a file into a table. Off by default; it
-costs two events and one line per step when on.
+negative where the two overlapped (a prefill beside a decode, and the decode processed after it).
+`benchmark/step_trace_summary.py` turns a file into a table. Off by default; it costs two events and
+one line per step when on.
 """
 
 from __future__ import annotations

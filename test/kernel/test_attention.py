@@ -74,6 +74,15 @@ def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, gr
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
+def test_fp8_knobs_from_env() -> None:
+    """RADIXLM_KERNEL_FP8_DECODE's value: four integers, else an error naming the variable."""
+    from radixlm_kernel.decode_attention import _fp8_knobs_from_env
+
+    assert _fp8_knobs_from_env("64,2,3,0") == (64, 2, 3, False)
+    with pytest.raises(ValueError, match="RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB"):
+        _fp8_knobs_from_env("64,2,3")
+
+
 def test_num_kv_splits_bounds(device: str) -> None:
     lens = torch.tensor([1, 255, 257, 100000], device=device)
     splits = compute_num_kv_splits(lens, num_kv_heads=8, max_kv_splits=16, num_sms=132)
