@@ -27,18 +27,28 @@ HQ, HKV, D = 32, 8, 128
 DEV, DT = "cuda", torch.bfloat16
 
 
-def pool(lens: list[int], extra: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """K/V buffers and req_to_token rows: contiguous slot runs per request, requests shuffled."""
+def pool(lens: list[int], extra: int = 0, tail_frac: float = 0.0
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K/V buffers and req_to_token rows: contiguous slot runs per request (a prefill's), requests
+    shuffled; with `tail_frac`, the last fraction of each request's tokens is allocated one token per
+    request in turn after them, as decode steps allocate."""
     total = sum(lens) + extra + 1
     kb = torch.randn(total, HKV, D, device=DEV, dtype=DT)
     vb = torch.randn_like(kb)
     order = torch.randperm(len(lens)).tolist()
-    starts, at = [0] * len(lens), 1
+    tails = [int(n * tail_frac) for n in lens]
+    slots: list[list[int]] = [[] for _ in lens]
+    at = 1
     for i in order:
-        starts[i], at = at, at + lens[i]
+        slots[i], at = list(range(at, at + lens[i] - tails[i])), at + lens[i] - tails[i]
+    for step in range(max(tails, default=0)):
+        for i in order:
+            if step < tails[i]:
+                slots[i].append(at)
+                at += 1
     r2t = torch.zeros(len(lens), max(lens) + 8, dtype=torch.int32, device=DEV)
-    for i, (s, n) in enumerate(zip(starts, lens)):
-        r2t[i, :n] = torch.arange(s, s + n, dtype=torch.int32, device=DEV)
+    for i, row in enumerate(slots):
+        r2t[i, :len(row)] = torch.tensor(row, dtype=torch.int32, device=DEV)
     return kb, vb, r2t, torch.arange(len(lens), device=DEV)
 
 
@@ -64,28 +74,35 @@ def time_configs(configs: list[tuple], apply: Callable[[tuple], None], fn: Calla
     return results
 
 
-def decode_launch(lens: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What the triton backend hands `decode_attention_fwd` for these lengths, with the current knobs:
-    (grid splits, per-request splits, partial-output and log-sum-exp scratch)."""
+def decode_launch(lens: torch.Tensor, heads: int = 1) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the triton backend hands `decode_attention_fwd` for these lengths, with the current knobs
+    (`heads` kv heads per program): (grid splits, per-request splits, partial-output and log-sum-exp scratch)."""
     bs, sms = lens.shape[0], torch.cuda.get_device_properties(0).multi_processor_count
     logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
     lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
-    return K.grid_kv_splits(bs, HKV, 32, sms), K.compute_num_kv_splits(lens, HKV, 32, sms), logits, lse
+    return (K.grid_kv_splits(bs, HKV, 32, sms, heads), K.compute_num_kv_splits(lens, HKV, 32, sms, heads_per_program=heads),
+            logits, lse)
 
 
 def decode_cases(spec: str) -> list[tuple[int, str]]:
     """"BSxCTX,..."; a trailing "r" (e.g. 256x2800r) draws the lengths uniformly in [1, 2 * CTX - 1] instead,
-    as a serving batch has them (the split count and tail tiles then differ per request)."""
+    as a serving batch has them (the split count and tail tiles then differ per request); a trailing "i"
+    draws them so too and allocates the last 40% of each request's tokens interleaved (see `pool`)."""
     return [(int(c.split("x")[0]), c.split("x")[1]) for c in spec.split(",")]
 
 
 def case_lens(ctx: str, bs: int, seed: int = 0) -> list[int]:
     """The `bs` context lengths of a `decode_cases` entry."""
-    if ctx.endswith("r"):
+    if ctx[-1] in "ri":
         mean = int(ctx[:-1])
         g = torch.Generator().manual_seed(seed)
         return torch.randint(1, 2 * mean, (bs,), generator=g).tolist()
     return [int(ctx)] * bs
+
+
+def case_tail(ctx: str) -> float:
+    """The interleaved fraction of a `decode_cases` entry's pool layout."""
+    return 0.4 if ctx.endswith("i") else 0.0
 
 
 def run_decode(cases: list[tuple[int, str]], configs: list[tuple[int, int, int, int]]) -> None:
@@ -179,6 +196,68 @@ def run_decode_fp8(cases: list[tuple[int, str]], configs: list[tuple]) -> None:
                 err = f", max error vs the reference {errors[c]:.2e}" if c in errors else ""
                 print(f"  best {label}: {results[c] * 1e3:.1f} us at {c}{err}", flush=True)
         del kb, vb, kb16, vb16
+        torch.cuda.empty_cache()
+
+
+HEAD_KNOBS = {True: ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_SWAP_AB", "FP8_KV_HEADS"),
+              False: ("BLOCK_N", "NUM_WARPS", "NUM_STAGES", "SWAP_AB", "KV_HEADS")}
+
+
+def run_decode_heads(cases: list[tuple[int, str]], configs: list[tuple], fp8: bool) -> None:
+    """The decode kernel's knobs with kv heads per program, over an fp8_e4m3 or a bf16 pool; every
+    config checked against the reference where the case is small enough; the best per heads count."""
+    knobs = HEAD_KNOBS[fp8]
+    default = tuple(getattr(dec, k) for k in knobs)
+    configs = [default] + [c for c in configs if c != default]
+    kind = "fp8_e4m3" if fp8 else "bf16"
+    print(f"\n## decode attention, {kind} K/V, kv heads per program (us per layer call; TB/s of K+V read)")
+    print(f"| bs x ctx | default {default} | best | best config {knobs} | best per heads count |")
+    print("|---|---|---|---|---|")
+    for bs, ctx in cases:
+        lens_list = case_lens(ctx, bs)
+        kb, vb, r2t, rows = pool(lens_list, tail_frac=case_tail(ctx))
+        if fp8:
+            kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
+        lens = torch.tensor(lens_list, device=DEV)
+        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+        o = torch.empty_like(q)
+        checked = sum(lens_list) <= 300_000
+        if checked:
+            ref = torch.empty_like(q)
+            R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
+        launch: list = []
+        errors: dict = {}
+
+        def apply(cfg: tuple) -> None:
+            for name, value in zip(knobs, cfg):
+                setattr(dec, name, value)
+            launch[:] = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype))
+
+        def fn() -> None:
+            grid, splits, logits, lse = launch
+            K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse)
+
+        def check(cfg: tuple) -> None:
+            if checked:
+                errors[cfg] = (o.float() - ref.float()).abs().max().item()
+
+        results = time_configs(configs, apply, fn, check)
+        apply(default)
+        best = min(results, key=results.get)
+        d_ms = results.get(default, float("nan"))
+        nbytes = 2 * sum(lens_list) * HKV * D * kb.element_size()
+        per_heads = []
+        for h in sorted({c[4] for c in results}):
+            c = min((c for c in results if c[4] == h), key=results.get)
+            err = f", err {errors[c]:.1e}" if c in errors else ""
+            per_heads.append(f"{h}: {results[c] * 1e3:.1f} {c}{err}")
+        print(f"| {bs} x {ctx} | {d_ms * 1e3:.1f} us ({nbytes / d_ms / 1e9:.2f} TB/s) | "
+              f"{results[best] * 1e3:.1f} us ({nbytes / results[best] / 1e9:.2f} TB/s) | {best} | "
+              f"{'; '.join(per_heads)} |", flush=True)
+        bad = {c: e for c, e in errors.items() if e > (3e-2 if fp8 else 2e-2) * 4}
+        if bad:
+            print(f"  MISMATCH against the reference: {bad}", flush=True)
+        del kb, vb
         torch.cuda.empty_cache()
 
 
@@ -334,6 +413,16 @@ def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, 
         torch.cuda.empty_cache()
 
 
+# (BLOCK_N, warps, stages, K/V on the left, kv heads per program)
+FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2), (32, 4, 3, True, 2), (64, 8, 3, True, 2), (64, 4, 3, False, 2),
+                    (32, 4, 3, True, 4), (32, 8, 3, True, 4), (64, 8, 3, True, 4), (32, 8, 2, True, 4),
+                    (16, 4, 3, True, 4), (32, 4, 3, False, 4), (32, 8, 3, False, 4), (64, 8, 2, False, 4),
+                    (16, 8, 3, True, 8), (32, 8, 2, True, 8)]
+BF16_HEAD_CONFIGS = [(64, 4, 3, False, 2), (32, 4, 3, False, 2), (32, 4, 3, False, 4), (32, 8, 3, False, 4),
+                     (64, 8, 2, False, 4), (16, 4, 3, False, 4), (32, 4, 3, True, 4), (32, 8, 2, True, 4),
+                     (16, 8, 3, False, 8)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--decode", default="1x256,1x4096,8x2048,64x2048,256x2048,512x2300")
@@ -341,8 +430,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few configs only")
     parser.add_argument("--shared-only", action="store_true", help="only the shared-prefix decode cases")
     parser.add_argument("--fp8-only", action="store_true", help="only the decode kernel over an fp8 pool")
+    parser.add_argument("--heads-only", action="store_true",
+                        help="only the decode kernel with several kv heads per program, fp8 and bf16 pools")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.heads_only:
+        run_decode_heads(decode_cases(args.decode), FP8_HEAD_CONFIGS, fp8=True)
+        run_decode_heads(decode_cases(args.decode), BF16_HEAD_CONFIGS, fp8=False)
+        return
     if args.fp8_only:
         kernels = [(64, 2, 3, True, False), (64, 4, 2, True, False), (64, 2, 3, True, True), (64, 4, 3, True, True),
                    (64, 4, 4, True, True), (128, 4, 3, True, True), (128, 4, 4, True, True)]

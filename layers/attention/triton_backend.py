@@ -62,6 +62,7 @@ class TritonAttnBackend(AttentionBackend):
         cfg = model_runner.model_config
         self.device = torch.device(model_runner.device)
         self.num_kv_heads = pool.head_num
+        self.kv_dtype = pool.dtype
         self.v_head_dim = pool.v_head_dim
         self.num_q_heads = cfg.num_attention_heads // getattr(model_runner, "tp_size", 1)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -109,7 +110,8 @@ class TritonAttnBackend(AttentionBackend):
             own = seq_lens
         meta.num_kv_splits = self.kernel.compute_num_kv_splits(own, self.num_kv_heads,
                                                                self._split_cap(meta.cascade is not None),
-                                                               self.num_sms, out=splits_out)
+                                                               self.num_sms, out=splits_out,
+                                                               heads_per_program=self._heads_per_program())
 
     def _split_cap(self, cascade: bool) -> int:
         """Split slots of the scratch a request's own context may use (the cascade reserves some)."""
@@ -125,7 +127,12 @@ class TritonAttnBackend(AttentionBackend):
 
     def _grid_splits(self, bs: int, cascade: bool = False) -> int:
         """The decode grid's split dimension for `bs` rows (what `_plan_decode`'s splits never exceed)."""
-        return self.kernel.grid_kv_splits(bs, self.num_kv_heads, self._split_cap(cascade), self.num_sms)
+        return self.kernel.grid_kv_splits(bs, self.num_kv_heads, self._split_cap(cascade), self.num_sms,
+                                          self._heads_per_program())
+
+    def _heads_per_program(self) -> int:
+        """KV heads one decode program attends (a kernel knob per pool dtype; it sizes the grid)."""
+        return self.kernel.kv_heads_per_program(self.num_kv_heads, self.kv_dtype)
 
     def _scratch(self, bs: int) -> tuple[torch.Tensor, torch.Tensor]:
         logits = torch.empty((bs, self.num_q_heads, MAX_KV_SPLITS, self.v_head_dim), dtype=torch.float32,

@@ -7,7 +7,7 @@ the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
 from radixlm_kernel.activation import silu_and_mul
 from radixlm_kernel.cascade_attention import CascadePlan, cascade_plan, members_per_block
 from radixlm_kernel.decode_attention import (compute_num_kv_splits, decode_attention_fwd, grid_kv_splits,
-                                             prefix_order)
+                                             kv_heads_per_program, prefix_order)
 from radixlm_kernel.extend_attention import extend_attention_fwd
 from radixlm_kernel.gemv import linear_gemv, rmsnorm_gemv, silu_mul_gemv
 from radixlm_kernel.kv_cache import store_kv_cache
@@ -25,6 +25,7 @@ __all__ = [
     "extend_attention_fwd",
     "fused_add_rmsnorm",
     "grid_kv_splits",
+    "kv_heads_per_program",
     "linear_gemv",
     "members_per_block",
     "prefix_order",

@@ -2,9 +2,17 @@
 
 Each request's context is `req_to_token[req_pool_indices[b], :seq_lens[b]]` (slot ids).
 Stage 1 splits that context into `num_kv_splits[b]` chunks; one program per
-(request, kv head, split) runs an online softmax for all the q heads that share the kv
-head (GQA: K/V are read once per group) and writes a partial output and its
+(request, group of kv heads, split) runs an online softmax for all the q heads that share
+those kv heads (GQA: K/V are read once per group) and writes a partial output and its
 log-sum-exp. Stage 2 merges the splits per (request, q head).
+
+A program that takes several kv heads (`kv_heads_per_program`) reads each token's K/V
+rows of those heads as one contiguous run (a page-size-1 pool scatters tokens, so longer
+runs per token are what the memory system sees), and runs both dots block-diagonally:
+q is laid out as `[heads x group, heads x head_dim]` with zeros off its head's block, so
+`q K^T` gives every q head its own kv head's scores, and `p V` is read back on the
+diagonal blocks only. With group 4 and 4 heads the 16 rows of the smallest MMA tile are
+all real, so the dots cost what one head's padded dot did.
 
 The grid is fixed by (batch size, kv heads, `max_kv_splits`) and every length is read
 on the device, so a decode step can be captured in a CUDA graph and replayed with new
@@ -39,42 +47,60 @@ OCCUPANCY = 2  # aim for this many split programs per SM
 # bf16 reads 2.0 -> fp16 reads 2.8 TB/s at bs 192-512 (uniform lengths); K/V on the left, 4 warps:
 # 2.36 -> 2.61 TB/s at bs 512 with lengths uniform in [1, 4600]. 128-token tiles won the uniform sweep
 # but lost on the offline CI workload; prefetching the next tile and an fp8 q.k product both lost.
-# RADIXLM_KERNEL_FP8_DECODE="BLOCK_N,WARPS,STAGES,SWAP_AB" overrides them (for A/B runs).
+# RADIXLM_KERNEL_FP8_DECODE="BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS]" overrides them, and
+# RADIXLM_KERNEL_DECODE the others' (for A/B runs).
 FP8_BLOCK_N = 64
 FP8_NUM_WARPS = 4
 FP8_NUM_STAGES = 3
 FP8_VIA_F16 = True
 FP8_SWAP_AB = True
 SWAP_AB = False  # the same for bf16/fp16/fp32 pools; the K/V-left order was swept on fp8 pools only
+KV_HEADS = 1  # kv heads per program (a power of two), bf16/fp16/fp32 pools
+FP8_KV_HEADS = 1  # the same for fp8 pools
 
 
-def _fp8_knobs_from_env(value: str) -> tuple[int, int, int, bool]:
+def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
+    """How many kv heads one decode program attends (the knob for this pool dtype, at most the
+    kv heads there are, rounded up to a power of two)."""
+    knob = FP8_KV_HEADS if is_fp8(kv_dtype) else KV_HEADS
+    return max(1, min(next_power_of_2(knob), next_power_of_2(num_kv_heads)))
+
+
+def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int]:
+    """BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS] from environment variable `name` (KV_HEADS defaults to 1)."""
     try:
-        block_n, warps, stages, swap = (int(x) for x in value.split(","))
+        fields = [int(x) for x in value.split(",")]
+        if len(fields) not in (4, 5):
+            raise ValueError
     except ValueError:
-        raise ValueError(f"RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB (four integers), "
+        raise ValueError(f"{name} must be BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS] (four or five integers), "
                          f"got {value!r}") from None
-    return block_n, warps, stages, bool(swap)
+    block_n, warps, stages, swap, heads = fields + [1] * (5 - len(fields))
+    return block_n, warps, stages, bool(swap), heads
 
 
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
-    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB = _fp8_knobs_from_env(
-        os.environ["RADIXLM_KERNEL_FP8_DECODE"])
+    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS = _knobs_from_env(
+        "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])
+if os.environ.get("RADIXLM_KERNEL_DECODE"):
+    BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, KV_HEADS = _knobs_from_env(
+        "RADIXLM_KERNEL_DECODE", os.environ["RADIXLM_KERNEL_DECODE"])
 
 
 @triton.jit
 def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
                          mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
                          mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, order_ptr, pre_len_ptr, n_pre_ptr,
-                         group, head_dim, v_head_dim, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-                         BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, DIRECT_OUT: tl.constexpr,
+                         group, head_dim, v_head_dim, num_kv_heads, BLOCK_H: tl.constexpr, BLOCK_G: tl.constexpr,
+                         HEADS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+                         DIRECT_OUT: tl.constexpr,
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr):
     if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
         b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
     else:
         b = tl.program_id(0).to(tl.int64)
-    kv_head = tl.program_id(1)
+    kv0 = tl.program_id(1) * HEADS  # this program's first kv head
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
     num_splits = tl.load(splits_ptr + b).to(tl.int32)
@@ -86,37 +112,50 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
     end = tl.minimum(start + split_len, seq_len)
     if (split < num_splits) & (start < end):
         row = tl.load(req_pool_ptr + b).to(tl.int64)
-        h = tl.arange(0, BLOCK_H)
-        heads = kv_head * group + h
-        h_mask = h < group
-        d = tl.arange(0, BLOCK_D)
-        dv = tl.arange(0, BLOCK_DV)
-        q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :],
-                    mask=h_mask[:, None] & (d[None, :] < head_dim), other=0.0)
+        r = tl.arange(0, BLOCK_H)  # row r: q head r % BLOCK_G of kv head kv0 + r // BLOCK_G
+        r_kv = r // BLOCK_G
+        heads = (kv0 + r_kv) * group + r % BLOCK_G
+        h_mask = (r % BLOCK_G < group) & (r_kv < HEADS) & (kv0 + r_kv < num_kv_heads)
+        k_kv, d, k_ok, k_off = _head_columns(kv0, num_kv_heads, kb_s1, head_dim, HEADS, BLOCK_D)
+        v_kv, dv, v_ok, v_off = _head_columns(kv0, num_kv_heads, vb_s1, v_head_dim, HEADS, BLOCK_DV)
+        q_mask = h_mask[:, None] & k_ok[None, :] & (r_kv[:, None] == k_kv[None, :])  # block-diagonal q
+        o_mask = h_mask[:, None] & v_ok[None, :] & (r_kv[:, None] == v_kv[None, :])
+        q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :], mask=q_mask, other=0.0)
         if VIA_F16:  # an fp8 pool read up to float16
             q = q.to(tl.float16)
         elif not KV_FP8:  # fp8 pools are read up to q's dtype instead
             q = q.to(k_buf_ptr.dtype.element_ty)
         if SWAP_AB:
-            acc, m, l = _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head,
-                                        kb_s0, kb_s1, vb_s0, vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H,
-                                        BLOCK_DV, BLOCK_N, KV_FP8)
+            acc, m, l = _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0,
+                                        vb_s0, k_off, k_ok, v_off, v_ok, sm_scale, BLOCK_H, HEADS * BLOCK_DV, BLOCK_N,
+                                        KV_FP8)
         else:
-            acc, m, l = _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head,
-                                       kb_s0, kb_s1, vb_s0, vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H,
-                                       BLOCK_DV, BLOCK_N, KV_FP8)
+            acc, m, l = _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0,
+                                       vb_s0, k_off, k_ok, v_off, v_ok, sm_scale, BLOCK_H, HEADS * BLOCK_DV, BLOCK_N,
+                                       KV_FP8)
         out = acc / l[:, None]
         if DIRECT_OUT:  # one split per request: this is the final output, no merge pass
             if CASCADE:  # fold in the prefix partials the cascade kernel wrote before this launch
-                out = _fold_prefix(out, m + tl.log(l), mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, v_head_dim,
+                out = _fold_prefix(out, m + tl.log(l), mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
                                    tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2, ml_s0,
                                    ml_s1)
-            tl.store(o_ptr + b * o_s0 + heads[:, None] * o_s1 + dv[None, :],
-                     out.to(o_ptr.dtype.element_ty), mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+            tl.store(o_ptr + b * o_s0 + heads[:, None] * o_s1 + dv[None, :], out.to(o_ptr.dtype.element_ty),
+                     mask=o_mask)
         else:
             out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (SPLIT_BASE + split) * mo_s2 + dv[None, :]
-            tl.store(out_ptrs, out, mask=h_mask[:, None] & (dv[None, :] < v_head_dim))
+            tl.store(out_ptrs, out, mask=o_mask)
             tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + SPLIT_BASE + split, m + tl.log(l), mask=h_mask)
+
+
+@triton.jit
+def _head_columns(kv0, num_kv_heads, head_stride, dim, HEADS: tl.constexpr, BLOCK: tl.constexpr):
+    """The columns of HEADS kv heads' rows side by side, from head kv0: per column, its head (0..HEADS-1),
+    its index inside the head, whether it is real, and its offset from a token's row in the pool."""
+    c = tl.arange(0, HEADS * BLOCK)
+    c_kv = c // BLOCK
+    c_d = c % BLOCK
+    ok = (c_d < dim) & (kv0 + c_kv < num_kv_heads)
+    return c_kv, c_d, ok, (kv0 + c_kv) * head_stride + c_d
 
 
 @triton.jit
@@ -128,18 +167,19 @@ def _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head, kb_s0, kb_s1, vb_s0,
-                   vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H: tl.constexpr, BLOCK_DV: tl.constexpr,
-                   BLOCK_N: tl.constexpr, KV_FP8: tl.constexpr):
+def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0, vb_s0, k_off, k_ok,
+                   v_off, v_ok, sm_scale, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
+                   KV_FP8: tl.constexpr):
     """Online softmax over context [start, end) with q as the left operand: s = q K^T, acc += p V.
-    Returns (acc [BLOCK_H, BLOCK_DV], running max, running sum), float32."""
+    A token's K (V) columns are at `k_off` (`v_off`) from its slot's row, real where `k_ok` (`v_ok`).
+    Returns (acc [BLOCK_H, BLOCK_W], running max, running sum), float32."""
     m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_DV], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
     for n0 in range(start, end, BLOCK_N):
         n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
-        k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + kv_head * kb_s1 + d[:, None],
-                    mask=n_mask[None, :] & (d[:, None] < head_dim), other=0.0)
+        k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + k_off[:, None], mask=n_mask[None, :] & k_ok[:, None],
+                    other=0.0)
         if KV_FP8:
             k = k.to(q.dtype)
         s = tl.dot(q, k).to(tl.float32) * sm_scale
@@ -147,8 +187,8 @@ def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
-        v = tl.load(v_buf_ptr + slots[:, None] * vb_s0 + kv_head * vb_s1 + dv[None, :],
-                    mask=n_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+        v = tl.load(v_buf_ptr + slots[:, None] * vb_s0 + v_off[None, :], mask=n_mask[:, None] & v_ok[None, :],
+                    other=0.0)
         if KV_FP8:
             v = v.to(q.dtype)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(tl.float32)
@@ -158,19 +198,19 @@ def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start
 
 
 @triton.jit
-def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kv_head, kb_s0, kb_s1,
-                    vb_s0, vb_s1, d, dv, head_dim, v_head_dim, sm_scale, BLOCK_H: tl.constexpr,
-                    BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr, KV_FP8: tl.constexpr):
+def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0, vb_s0, k_off, k_ok,
+                    v_off, v_ok, sm_scale, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
+                    KV_FP8: tl.constexpr):
     """The same with the K/V tiles as the left operand (s^T = K q^T, acc^T += V^T p^T), so an fp8 tile
     is converted in the left operand's registers; the transposes are of the small q and acc only."""
     qt = tl.trans(q)
     m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc_t = tl.zeros([BLOCK_DV, BLOCK_H], dtype=tl.float32)
+    acc_t = tl.zeros([BLOCK_W, BLOCK_H], dtype=tl.float32)
     for n0 in range(start, end, BLOCK_N):
         n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
-        k = tl.load(k_buf_ptr + slots[:, None] * kb_s0 + kv_head * kb_s1 + d[None, :],
-                    mask=n_mask[:, None] & (d[None, :] < head_dim), other=0.0)
+        k = tl.load(k_buf_ptr + slots[:, None] * kb_s0 + k_off[None, :], mask=n_mask[:, None] & k_ok[None, :],
+                    other=0.0)
         if KV_FP8:
             k = k.to(q.dtype)
         st = tl.dot(k, qt).to(tl.float32) * sm_scale
@@ -178,8 +218,8 @@ def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, star
         m_new = tl.maximum(m, tl.max(st, axis=0))
         alpha = tl.exp(m - m_new)
         pt = tl.exp(st - m_new[None, :])
-        vt = tl.load(v_buf_ptr + slots[None, :] * vb_s0 + kv_head * vb_s1 + dv[:, None],
-                     mask=n_mask[None, :] & (dv[:, None] < v_head_dim), other=0.0)
+        vt = tl.load(v_buf_ptr + slots[None, :] * vb_s0 + v_off[:, None], mask=n_mask[None, :] & v_ok[:, None],
+                     other=0.0)
         if KV_FP8:
             vt = vt.to(q.dtype)
         acc_t = acc_t * alpha[None, :] + tl.dot(vt, pt.to(vt.dtype)).to(tl.float32)
@@ -189,10 +229,11 @@ def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, star
 
 
 @triton.jit
-def _fold_prefix(out, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, v_head_dim, prefix, n_pre, mo_s0, mo_s1,
+def _fold_prefix(out, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, prefix, n_pre, mo_s0, mo_s1,
                  mo_s2, ml_s0, ml_s1):
     """Merge a request's own normalized output `out` (log-sum-exp `lse`) with its `n_pre` prefix
-    partials in split slots 0.. (a split is empty when it starts past the prefix)."""
+    partials in split slots 0.. (a split is empty when it starts past the prefix); `o_mask` marks
+    the entries of `out` that are real (row `heads`, column `dv`)."""
     num = out
     den = lse * 0.0 + 1.0
     mx = lse
@@ -200,8 +241,8 @@ def _fold_prefix(out, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, v_head_
     for s in range(0, n_pre):
         if s * split_len < prefix:
             lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + s, mask=h_mask, other=0.0)
-            o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + s * mo_s2 + dv[None, :],
-                          mask=h_mask[:, None] & (dv[None, :] < v_head_dim), other=0.0)
+            o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + s * mo_s2 + dv[None, :], mask=o_mask,
+                          other=0.0)
             mx_new = tl.maximum(mx, lse_s)
             a = tl.exp(mx - mx_new)
             c = tl.exp(lse_s - mx_new)
@@ -242,21 +283,24 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
     tl.store(o_ptr + b * o_s0 + head * o_s1 + dv, out.to(o_ptr.dtype.element_ty), mask=dv < v_head_dim)
 
 
-def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int) -> int:
-    """The most splits any request of a batch of `bs` gets: enough (request, kv head, split) programs
-    to fill the GPU `OCCUPANCY` times over, capped at `max_kv_splits`. A host int (it depends on the
-    batch size only), so it sizes the grid: no programs launched just to exit."""
-    return max(1, min(max_kv_splits, triton.cdiv(OCCUPANCY * num_sms, max(1, bs * num_kv_heads))))
+def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int, heads_per_program: int = 1) -> int:
+    """The most splits any request of a batch of `bs` gets: enough (request, kv head group, split)
+    programs to fill the GPU `OCCUPANCY` times over, capped at `max_kv_splits`. A host int (it depends
+    on the batch size only), so it sizes the grid: no programs launched just to exit.
+    `heads_per_program`: what `kv_heads_per_program` gives for the pool."""
+    programs = bs * triton.cdiv(num_kv_heads, heads_per_program)
+    return max(1, min(max_kv_splits, triton.cdiv(OCCUPANCY * num_sms, max(1, programs))))
 
 
 def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_splits: int,
-                          num_sms: Optional[int] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+                          num_sms: Optional[int] = None, out: Optional[torch.Tensor] = None,
+                          heads_per_program: int = 1) -> torch.Tensor:
     """Splits per request, on the device (int32 [bs]): enough programs to fill the GPU, at least
     `MIN_SPLIT_LEN` tokens per split, at most `grid_kv_splits(...)`. No host sync; `out` reuses a buffer."""
     bs = seq_lens.shape[0]
     if num_sms is None:
         num_sms = _num_sms(seq_lens.device)
-    by_occupancy = grid_kv_splits(bs, num_kv_heads, max_kv_splits, num_sms)
+    by_occupancy = grid_kv_splits(bs, num_kv_heads, max_kv_splits, num_sms, heads_per_program)
     splits = torch.clamp((seq_lens + (MIN_SPLIT_LEN - 1)) // MIN_SPLIT_LEN, 1, by_occupancy)
     if out is None:
         return splits.to(torch.int32)
@@ -348,13 +392,15 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
     fp8 = is_fp8(k_buffer.dtype)
     block_n, warps, stages = (FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES) if fp8 else (BLOCK_N, NUM_WARPS, NUM_STAGES)
-    _decode_split_kernel[(bs, num_kv_heads, max_kv_splits)](
+    heads = kv_heads_per_program(num_kv_heads, k_buffer.dtype)
+    block_g = next_power_of_2(group)
+    _decode_split_kernel[(bs, triton.cdiv(num_kv_heads, heads), max_kv_splits)](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
         attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1),
-        order if order is not None else seq_lens, pre_len, n_pre, group, head_dim, v_head_dim,
-        BLOCK_H=max(16, next_power_of_2(group)), BLOCK_D=next_power_of_2(head_dim),
+        order if order is not None else seq_lens, pre_len, n_pre, group, head_dim, v_head_dim, num_kv_heads,
+        BLOCK_H=max(16, heads * block_g), BLOCK_G=block_g, HEADS=heads, BLOCK_D=next_power_of_2(head_dim),
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
         SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, num_warps=warps, num_stages=stages)

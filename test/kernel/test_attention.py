@@ -74,13 +74,40 @@ def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, gr
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
-def test_fp8_knobs_from_env() -> None:
-    """RADIXLM_KERNEL_FP8_DECODE's value: four integers, else an error naming the variable."""
-    from radixlm_kernel.decode_attention import _fp8_knobs_from_env
+@pytest.mark.parametrize("kv_heads,heads_per_program", [(4, 4), (3, 2), (3, 4)])
+@pytest.mark.parametrize("swap", [False, True], ids=["q-left", "kv-left"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict, kv_heads: int,
+                                      heads_per_program: int, swap: bool, splits: int,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several kv heads per program (block-diagonal q), including a last group with fewer real heads
+    than the program takes (3 kv heads in programs of 2, or in one of 4): the reference's output."""
+    import radixlm_kernel.decode_attention as dec
 
-    assert _fp8_knobs_from_env("64,2,3,0") == (64, 2, 3, False)
+    monkeypatch.setattr(dec, "KV_HEADS", heads_per_program)
+    monkeypatch.setattr(dec, "SWAP_AB", swap)
+    assert dec.kv_heads_per_program(kv_heads, dtype) == heads_per_program
+    assert dec.kv_heads_per_program(1, dtype) == 1  # never more than the pool's heads, rounded up
+    torch.manual_seed(4)
+    head_dim, group, seq_lens = 64, 4, [1, 37, 200]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    o, ref = torch.full_like(q, float("nan")), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
+def test_knobs_from_env() -> None:
+    """RADIXLM_KERNEL_(FP8_)DECODE's value: four or five integers, else an error naming the variable."""
+    from radixlm_kernel.decode_attention import _knobs_from_env
+
+    assert _knobs_from_env("X", "64,2,3,0") == (64, 2, 3, False, 1)
+    assert _knobs_from_env("X", "32,8,2,1,4") == (32, 8, 2, True, 4)
     with pytest.raises(ValueError, match="RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB"):
-        _fp8_knobs_from_env("64,2,3")
+        _knobs_from_env("RADIXLM_KERNEL_FP8_DECODE", "64,2,3")
 
 
 def test_num_kv_splits_bounds(device: str) -> None:

@@ -116,7 +116,15 @@ def test_cascade_matches_reference(device: str, dtype: torch.dtype, tol: dict, g
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
-def test_cascade_reads_fp8_pool(device: str, dtype: torch.dtype, fp8_tol: dict) -> None:
+@pytest.mark.parametrize("heads_per_program", [1, 2])
+@pytest.mark.parametrize("max_splits", [1, 4])
+def test_cascade_reads_fp8_pool(device: str, dtype: torch.dtype, fp8_tol: dict, heads_per_program: int,
+                                max_splits: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fp8 pool, with one or two kv heads per decode program (the own-context kernel folds or
+    merges the prefix partials on the block-diagonal layout)."""
+    from radixlm_kernel import decode_attention
+
+    monkeypatch.setattr(decode_attention, "FP8_KV_HEADS", heads_per_program)
     torch.manual_seed(4)
     r2t, rows, lens, _ = _batch(device)
     bs, hq = rows.shape[0], KV_HEADS * 4
@@ -125,7 +133,9 @@ def test_cascade_reads_fp8_pool(device: str, dtype: torch.dtype, fp8_tol: dict) 
     q = torch.randn(bs, hq * HEAD_DIM, device=device, dtype=dtype)
     plan = cascade_plan(r2t, rows, lens, members=16, min_shared=MIN_SHARED)
     o = torch.empty_like(q)
-    decode_attention_fwd(q, k_buf, v_buf, o, r2t, rows, lens, 1, HEAD_DIM ** -0.5, cascade=plan, num_sms=4)
+    splits = compute_num_kv_splits(lens - plan.pre_len.long(), KV_HEADS, max_splits, num_sms=64)
+    decode_attention_fwd(q, k_buf, v_buf, o, r2t, rows, lens, splits, HEAD_DIM ** -0.5, max_kv_splits=max_splits,
+                         cascade=plan, num_sms=4)
     ref = torch.empty(bs, hq, HEAD_DIM, device=device, dtype=dtype)
     decode_attention_ref(q.view(bs, hq, HEAD_DIM), k_buf, v_buf, ref, r2t, rows, lens, HEAD_DIM ** -0.5)
     torch.testing.assert_close(o, ref.view(bs, -1), **fp8_tol)
