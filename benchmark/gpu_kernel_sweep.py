@@ -199,8 +199,9 @@ def run_decode_fp8(cases: list[tuple[int, str]], configs: list[tuple]) -> None:
         torch.cuda.empty_cache()
 
 
-HEAD_KNOBS = {True: ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_SWAP_AB", "FP8_KV_HEADS"),
-              False: ("BLOCK_N", "NUM_WARPS", "NUM_STAGES", "SWAP_AB", "KV_HEADS")}
+HEAD_KNOBS = {True: ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_SWAP_AB", "FP8_KV_HEADS",
+                     "FP8_SLOTS_AHEAD"),
+              False: ("BLOCK_N", "NUM_WARPS", "NUM_STAGES", "SWAP_AB", "KV_HEADS", "SLOTS_AHEAD")}
 
 
 def run_decode_heads(cases: list[tuple[int, str]], configs: list[tuple], fp8: bool) -> None:
@@ -413,14 +414,13 @@ def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, 
         torch.cuda.empty_cache()
 
 
-# (BLOCK_N, warps, stages, K/V on the left, kv heads per program)
-FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2), (32, 4, 3, True, 2), (64, 8, 3, True, 2), (64, 4, 3, False, 2),
-                    (32, 4, 3, True, 4), (32, 8, 3, True, 4), (64, 8, 3, True, 4), (32, 8, 2, True, 4),
-                    (16, 4, 3, True, 4), (32, 4, 3, False, 4), (32, 8, 3, False, 4), (64, 8, 2, False, 4),
-                    (16, 8, 3, True, 8), (32, 8, 2, True, 8)]
-BF16_HEAD_CONFIGS = [(64, 4, 3, False, 2), (32, 4, 3, False, 2), (32, 4, 3, False, 4), (32, 8, 3, False, 4),
-                     (64, 8, 2, False, 4), (16, 4, 3, False, 4), (32, 4, 3, True, 4), (32, 8, 2, True, 4),
-                     (16, 8, 3, False, 8)]
+# (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
+FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
+                    (64, 4, 3, True, 1, True), (128, 4, 3, True, 1, True), (64, 4, 2, True, 1, True),
+                    (64, 4, 4, True, 1, True), (64, 2, 3, False, 1, True), (64, 8, 3, True, 1, True),
+                    (32, 4, 3, True, 1, True), (128, 4, 3, True, 1, False), (64, 4, 4, True, 1, False)]
+BF16_HEAD_CONFIGS = [(64, 4, 3, False, 2, False), (64, 2, 3, False, 1, True), (64, 2, 4, False, 1, True),
+                     (64, 4, 3, False, 1, True), (32, 2, 3, False, 1, True), (128, 4, 3, False, 1, True)]
 
 
 def main() -> None:

@@ -128,6 +128,8 @@ for what in "$@"; do
                  --decode ${FP8_CASES:-8x2048,64x2048,192x2560,256x2800r,512x2300r} ;;
     heads_sweep) step heads_sweep 420 python3 benchmark/gpu_kernel_sweep.py --heads-only \
                  --decode ${HEADS_CASES:-1x512,64x2048,256x2800i,512x2300i} ;;
+    kernel_asm) mkdir -p "$OUT/asm"; step kernel_asm 120 python3 benchmark/gpu_kernel_asm.py --dump "$OUT/asm"
+                grep -E '^##|^   ' "$OUT/kernel_asm.log" ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;

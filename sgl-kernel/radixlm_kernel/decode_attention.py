@@ -57,6 +57,8 @@ FP8_SWAP_AB = True
 SWAP_AB = False  # the same for bf16/fp16/fp32 pools; the K/V-left order was swept on fp8 pools only
 KV_HEADS = 1  # kv heads per program (a power of two), bf16/fp16/fp32 pools
 FP8_KV_HEADS = 1  # the same for fp8 pools
+SLOTS_AHEAD = False  # load the next tile's slot ids one iteration ahead (bf16/fp16/fp32 pools)
+FP8_SLOTS_AHEAD = False  # the same for fp8 pools
 
 
 def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
@@ -95,7 +97,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          HEADS: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
                          DIRECT_OUT: tl.constexpr,
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
-                         KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr):
+                         KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
+                         SLOTS_AHEAD: tl.constexpr):
     if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
         b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
     else:
@@ -128,11 +131,11 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
         if SWAP_AB:
             acc, m, l = _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0,
                                         vb_s0, k_off, k_ok, v_off, v_ok, sm_scale, BLOCK_H, HEADS * BLOCK_DV, BLOCK_N,
-                                        KV_FP8)
+                                        KV_FP8, SLOTS_AHEAD)
         else:
             acc, m, l = _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0,
                                        vb_s0, k_off, k_ok, v_off, v_ok, sm_scale, BLOCK_H, HEADS * BLOCK_DV, BLOCK_N,
-                                       KV_FP8)
+                                       KV_FP8, SLOTS_AHEAD)
         out = acc / l[:, None]
         if DIRECT_OUT:  # one split per request: this is the final output, no merge pass
             if CASCADE:  # fold in the prefix partials the cascade kernel wrote before this launch
@@ -169,15 +172,20 @@ def _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N: tl.constexpr):
 @triton.jit
 def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0, vb_s0, k_off, k_ok,
                    v_off, v_ok, sm_scale, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
-                   KV_FP8: tl.constexpr):
+                   KV_FP8: tl.constexpr, SLOTS_AHEAD: tl.constexpr):
     """Online softmax over context [start, end) with q as the left operand: s = q K^T, acc += p V.
     A token's K (V) columns are at `k_off` (`v_off`) from its slot's row, real where `k_ok` (`v_ok`).
     Returns (acc [BLOCK_H, BLOCK_W], running max, running sum), float32."""
     m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
+    next_mask, next_slots = _tile_slots(req_to_token_ptr, row, r2t_s0, start, end, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
-        n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
+        if SLOTS_AHEAD:  # this tile's slots were loaded last iteration; load the next tile's now
+            n_mask, slots = next_mask, next_slots
+            next_mask, next_slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0 + BLOCK_N, end, BLOCK_N)
+        else:
+            n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
         k = tl.load(k_buf_ptr + slots[None, :] * kb_s0 + k_off[:, None], mask=n_mask[None, :] & k_ok[:, None],
                     other=0.0)
         if KV_FP8:
@@ -200,15 +208,20 @@ def _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start
 @triton.jit
 def _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0, vb_s0, k_off, k_ok,
                     v_off, v_ok, sm_scale, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_N: tl.constexpr,
-                    KV_FP8: tl.constexpr):
+                    KV_FP8: tl.constexpr, SLOTS_AHEAD: tl.constexpr):
     """The same with the K/V tiles as the left operand (s^T = K q^T, acc^T += V^T p^T), so an fp8 tile
     is converted in the left operand's registers; the transposes are of the small q and acc only."""
     qt = tl.trans(q)
     m = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
     l = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc_t = tl.zeros([BLOCK_W, BLOCK_H], dtype=tl.float32)
+    next_mask, next_slots = _tile_slots(req_to_token_ptr, row, r2t_s0, start, end, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
-        n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
+        if SLOTS_AHEAD:  # this tile's slots were loaded last iteration; load the next tile's now
+            n_mask, slots = next_mask, next_slots
+            next_mask, next_slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0 + BLOCK_N, end, BLOCK_N)
+        else:
+            n_mask, slots = _tile_slots(req_to_token_ptr, row, r2t_s0, n0, end, BLOCK_N)
         k = tl.load(k_buf_ptr + slots[:, None] * kb_s0 + k_off[None, :], mask=n_mask[:, None] & k_ok[None, :],
                     other=0.0)
         if KV_FP8:
@@ -403,7 +416,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         BLOCK_H=max(16, heads * block_g), BLOCK_G=block_g, HEADS=heads, BLOCK_D=next_power_of_2(head_dim),
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
-        SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, num_warps=warps, num_stages=stages)
+        SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, SLOTS_AHEAD=FP8_SLOTS_AHEAD if fp8 else SLOTS_AHEAD,
+        num_warps=warps, num_stages=stages)
     if direct:
         return
     _decode_merge_kernel[(bs, num_q_heads)](

@@ -100,6 +100,26 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
+@pytest.mark.parametrize("swap", [False, True], ids=["q-left", "kv-left"])
+def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict, swap: bool,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLOTS_AHEAD (each tile's slot ids loaded one iteration early, the last load past the end masked)."""
+    import radixlm_kernel.decode_attention as dec
+
+    monkeypatch.setattr(dec, "SLOTS_AHEAD", True)
+    monkeypatch.setattr(dec, "SWAP_AB", swap)
+    torch.manual_seed(5)
+    kv_heads, head_dim, group, seq_lens = 2, 64, 4, [1, 64, 65, 300]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    o, ref = torch.empty_like(q), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 2, head_dim ** -0.5)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
 def test_knobs_from_env() -> None:
     """RADIXLM_KERNEL_(FP8_)DECODE's value: four or five integers, else an error naming the variable."""
     from radixlm_kernel.decode_attention import _knobs_from_env
