@@ -414,6 +414,66 @@ def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, 
         torch.cuda.empty_cache()
 
 
+def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict]) -> None:
+    """Launch knobs as dicts of module attributes (plus "lpt": launch the longest contexts first, see
+    `longest_first_order`), every config's time on every case; checked against the reference."""
+    kind = "fp8_e4m3" if fp8 else "bf16"
+    print(f"\n## decode attention, {kind} K/V: launch order and knobs (us per layer call, TB/s of K+V read)")
+    print("| config | " + " | ".join(f"{bs} x {ctx}" for bs, ctx in cases) + " |")
+    print("|---|" + "---|" * len(cases))
+    saved = {k: getattr(dec, k) for cfg in configs for k in cfg if k != "lpt"}
+    times: dict[int, list[str]] = {i: [] for i in range(len(configs))}
+    for bs, ctx in cases:
+        lens_list = case_lens(ctx, bs)
+        kb, vb, r2t, rows = pool(lens_list, tail_frac=case_tail(ctx))
+        if fp8:
+            kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
+        lens = torch.tensor(lens_list, device=DEV)
+        lpt = K.longest_first_order(lens)
+        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+        o = torch.empty_like(q)
+        ref = None
+        if sum(lens_list) <= 300_000:
+            ref = torch.empty_like(q)
+            R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
+        nbytes = 2 * sum(lens_list) * HKV * D * kb.element_size()
+        for i, cfg in enumerate(configs):
+            for name, value in saved.items():
+                setattr(dec, name, cfg.get(name, value))
+            grid, splits, logits, lse = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype))
+            order = lpt if cfg.get("lpt") else None
+
+            def fn() -> None:
+                K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse,
+                                       order=order)
+            try:
+                ms = bench(fn)
+            except Exception as e:  # noqa: BLE001 - named in the table
+                times[i].append(type(e).__name__)
+                continue
+            bad = ref is not None and (o.float() - ref.float()).abs().max().item() > 0.1
+            times[i].append(f"{ms * 1e3:.1f} ({nbytes / ms / 1e9:.2f}){' MISMATCH' if bad else ''}")
+        del kb, vb
+        torch.cuda.empty_cache()
+    for name, value in saved.items():
+        setattr(dec, name, value)
+    for i, cfg in enumerate(configs):
+        print(f"| {cfg} | " + " | ".join(times[i]) + " |", flush=True)
+
+
+FP8_ORDER_CONFIGS = [{}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST": True, "lpt": True},
+                     *({"FP8_NUM_WARPS": 2, "FP8_SWAP_AB": False, "FP8_SLOTS_AHEAD": True, **extra}
+                       for extra in ({}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST": True, "lpt": True})),
+                     {"FP8_SLOTS_AHEAD": True, "HEADS_FASTEST": True, "lpt": True},
+                     {"FP8_NUM_WARPS": 2, "FP8_SWAP_AB": True, "FP8_SLOTS_AHEAD": True, "HEADS_FASTEST": True,
+                      "lpt": True},
+                     {"FP8_BLOCK_N": 128, "FP8_NUM_WARPS": 4, "FP8_SWAP_AB": False, "FP8_SLOTS_AHEAD": True,
+                      "HEADS_FASTEST": True, "lpt": True}]
+BF16_ORDER_CONFIGS = [{}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST": True, "lpt": True},
+                      {"SLOTS_AHEAD": True, "HEADS_FASTEST": True, "lpt": True},
+                      {"NUM_WARPS": 4, "SLOTS_AHEAD": True}, {"NUM_WARPS": 4, "SLOTS_AHEAD": True, "lpt": True}]
+
+
 # (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
 FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
                     (64, 4, 3, True, 1, True), (128, 4, 3, True, 1, True), (64, 4, 2, True, 1, True),
@@ -432,8 +492,14 @@ def main() -> None:
     parser.add_argument("--fp8-only", action="store_true", help="only the decode kernel over an fp8 pool")
     parser.add_argument("--heads-only", action="store_true",
                         help="only the decode kernel with several kv heads per program, fp8 and bf16 pools")
+    parser.add_argument("--order-only", action="store_true",
+                        help="only the decode kernel's launch order (longest first, a row's heads side by side)")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.order_only:
+        run_decode_order(decode_cases(args.decode), True, FP8_ORDER_CONFIGS)
+        run_decode_order(decode_cases(args.decode), False, BF16_ORDER_CONFIGS)
+        return
     if args.heads_only:
         run_decode_heads(decode_cases(args.decode), FP8_HEAD_CONFIGS, fp8=True)
         run_decode_heads(decode_cases(args.decode), BF16_HEAD_CONFIGS, fp8=False)

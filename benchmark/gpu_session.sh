@@ -130,6 +130,8 @@ for what in "$@"; do
                  --decode ${HEADS_CASES:-1x512,64x2048,256x2800i,512x2300i} ;;
     kernel_asm) mkdir -p "$OUT/asm"; step kernel_asm 120 python3 benchmark/gpu_kernel_asm.py --dump "$OUT/asm"
                 grep -E '^##|^   ' "$OUT/kernel_asm.log" ;;
+    order_sweep) step order_sweep 420 python3 benchmark/gpu_kernel_sweep.py --order-only \
+                 --decode ${ORDER_CASES:-1x512,64x2048,128x2800i,256x2800i,512x2300i} ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;

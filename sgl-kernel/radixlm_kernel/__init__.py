@@ -7,7 +7,7 @@ the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
 from radixlm_kernel.activation import silu_and_mul
 from radixlm_kernel.cascade_attention import CascadePlan, cascade_plan, members_per_block
 from radixlm_kernel.decode_attention import (compute_num_kv_splits, decode_attention_fwd, grid_kv_splits,
-                                             kv_heads_per_program, prefix_order)
+                                             kv_heads_per_program, longest_first_order, prefix_order)
 from radixlm_kernel.extend_attention import extend_attention_fwd
 from radixlm_kernel.gemv import linear_gemv, rmsnorm_gemv, silu_mul_gemv
 from radixlm_kernel.kv_cache import store_kv_cache
@@ -27,6 +27,7 @@ __all__ = [
     "grid_kv_splits",
     "kv_heads_per_program",
     "linear_gemv",
+    "longest_first_order",
     "members_per_block",
     "prefix_order",
     "rmsnorm",

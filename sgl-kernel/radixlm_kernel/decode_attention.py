@@ -59,6 +59,7 @@ KV_HEADS = 1  # kv heads per program (a power of two), bf16/fp16/fp32 pools
 FP8_KV_HEADS = 1  # the same for fp8 pools
 SLOTS_AHEAD = False  # load the next tile's slot ids one iteration ahead (bf16/fp16/fp32 pools)
 FP8_SLOTS_AHEAD = False  # the same for fp8 pools
+HEADS_FASTEST = False  # launch a row's (head group, split) programs side by side instead of a head's rows
 
 
 def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
@@ -98,13 +99,15 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          DIRECT_OUT: tl.constexpr,
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
-                         SLOTS_AHEAD: tl.constexpr):
-    if HAS_ORDER:  # programs launched together take requests that share prefix slots: L2 serves the repeats
-        b = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
+                         SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr):
+    if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
+        pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
+    else:  # grid (rows, head groups, splits)
+        pid_b, kv0, split = tl.program_id(0), tl.program_id(1) * HEADS, tl.program_id(2)
+    if HAS_ORDER:  # the launch order of the rows (see `decode_attention_fwd`)
+        b = tl.load(order_ptr + pid_b).to(tl.int64)
     else:
-        b = tl.program_id(0).to(tl.int64)
-    kv0 = tl.program_id(1) * HEADS  # this program's first kv head
-    split = tl.program_id(2)
+        b = pid_b.to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
     num_splits = tl.load(splits_ptr + b).to(tl.int32)
     ctx_start = 0
@@ -334,6 +337,17 @@ def prefix_order(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, out
     return out[:order.shape[0]]
 
 
+def longest_first_order(seq_lens: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """A launch order for `decode_attention_fwd` that starts the longest contexts first, so the short
+    ones fill the last wave instead of a long one running on alone (longest-processing-time first).
+    On the device, no host sync; `out` (int64 [>=bs]) reuses a buffer under a CUDA graph."""
+    order = torch.argsort(seq_lens, descending=True)
+    if out is None:
+        return order
+    out[:order.shape[0]].copy_(order)
+    return out[:order.shape[0]]
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -362,8 +376,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     num_kv_splits[b]; with 1, stage 1 writes `o` directly and the merge is skipped); attn_logits
     `[>=bs, Hq, max_kv_splits, Dv]` and attn_lse `[>=bs, Hq, max_kv_splits]` float32 are the
     scratch buffers (pass static ones under a CUDA graph; allocated when None). `order` (a
-    permutation of the batch rows, see `prefix_order`) sets which requests' programs are launched
-    side by side; the result does not depend on it.
+    permutation of the batch rows, see `prefix_order` and `longest_first_order`) sets the order in
+    which requests' programs are launched; the result does not depend on it.
 
     With `cascade` (a `cascade_plan` of this batch), each request's shared prefix `[0, pre_len)` is
     attended once per block of requests by the cascade kernel and `num_kv_splits` splits the rest,
@@ -407,7 +421,9 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     block_n, warps, stages = (FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES) if fp8 else (BLOCK_N, NUM_WARPS, NUM_STAGES)
     heads = kv_heads_per_program(num_kv_heads, k_buffer.dtype)
     block_g = next_power_of_2(group)
-    _decode_split_kernel[(bs, triton.cdiv(num_kv_heads, heads), max_kv_splits)](
+    groups = triton.cdiv(num_kv_heads, heads)
+    grid = (groups, max_kv_splits, bs) if HEADS_FASTEST else (bs, groups, max_kv_splits)
+    _decode_split_kernel[grid](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
@@ -417,7 +433,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
         SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, SLOTS_AHEAD=FP8_SLOTS_AHEAD if fp8 else SLOTS_AHEAD,
-        num_warps=warps, num_stages=stages)
+        HEADS_FASTEST=HEADS_FASTEST, num_warps=warps, num_stages=stages)
     if direct:
         return
     _decode_merge_kernel[(bs, num_q_heads)](

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from radixlm_kernel import (compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd,
-                            prefix_order)
+                            longest_first_order, prefix_order)
 from radixlm_kernel.reference import decode_attention_ref, extend_attention_ref
 
 
@@ -182,9 +182,15 @@ def test_extend_attention_flat_layout(device: str, dtype: torch.dtype, tol: dict
     torch.testing.assert_close(o, ref.view(8, -1), **tol)
 
 
+@pytest.mark.parametrize("heads_fastest", [False, True], ids=["rows-fastest", "heads-fastest"])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dict, splits: int) -> None:
-    """Rows sharing prefix slots, launched in `prefix_order`: the same result as the natural order."""
+def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dict, splits: int,
+                                       heads_fastest: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows sharing prefix slots, launched in `prefix_order` or longest first, with either grid order:
+    the same result as the natural order."""
+    import radixlm_kernel.decode_attention as dec
+
+    monkeypatch.setattr(dec, "HEADS_FASTEST", heads_fastest)
     torch.manual_seed(3)
     kv_heads, head_dim, hq = 2, 64, 8
     seq_lens = [90, 70, 130, 64]
@@ -195,12 +201,15 @@ def test_decode_attention_launch_order(device: str, dtype: torch.dtype, tol: dic
     assert abs(order.tolist().index(0) - order.tolist().index(2)) == 1  # the sharing rows are neighbours
     q = torch.randn(len(seq_lens), hq * head_dim, device=device, dtype=dtype)
     lens = torch.tensor(seq_lens, device=device)
+    longest = longest_first_order(torch.tensor(seq_lens, device=device))
+    assert longest.tolist() == [2, 0, 1, 3]
     outs = []
-    for o_arg in (None, order):
+    for o_arg in (None, order, longest):
         o = torch.empty_like(q)
         decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5, order=o_arg)
         outs.append(o)
     torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+    torch.testing.assert_close(outs[2], outs[0], atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("via_f16,swap", [(True, False), (False, False), (True, True)],
