@@ -430,6 +430,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
             kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
         lens = torch.tensor(lens_list, device=DEV)
         lpt = K.longest_first_order(lens)
+        counters = torch.zeros(bs, HKV, dtype=torch.int32, device=DEV)
         q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
         o = torch.empty_like(q)
         ref = None
@@ -445,7 +446,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
 
             def fn() -> None:
                 K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid, logits, lse,
-                                       order=order)
+                                       order=order, split_counters=counters)
             try:
                 ms = bench(fn)
             except Exception as e:  # noqa: BLE001 - named in the table
@@ -471,7 +472,14 @@ FP8_ORDER_CONFIGS = [{}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST
                       "HEADS_FASTEST": True, "lpt": True}]
 BF16_ORDER_CONFIGS = [{}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST": True, "lpt": True},
                       {"SLOTS_AHEAD": True, "HEADS_FASTEST": True, "lpt": True},
-                      {"NUM_WARPS": 4, "SLOTS_AHEAD": True}, {"NUM_WARPS": 4, "SLOTS_AHEAD": True, "lpt": True}]
+                      {"NUM_WARPS": 4, "SLOTS_AHEAD": True}, {"NUM_WARPS": 4, "SLOTS_AHEAD": True, "lpt": True},
+                      {"FUSED_MERGE": True}, {"FUSED_MERGE": True, "HEADS_FASTEST": True},
+                      {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True},
+                      {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True, "HEADS_FASTEST": True}]
+SMALL_ORDER_CONFIGS = [{}, {"FUSED_MERGE": True}, {"FUSED_MERGE": True, "HEADS_FASTEST": True},
+                       {"NUM_WARPS": 4, "SLOTS_AHEAD": True}, {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True},
+                       {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True, "HEADS_FASTEST": True},
+                       {"FUSED_MERGE": True, "BLOCK_N": 32, "NUM_WARPS": 4, "SLOTS_AHEAD": True}]
 
 
 # (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
@@ -492,6 +500,8 @@ def main() -> None:
     parser.add_argument("--fp8-only", action="store_true", help="only the decode kernel over an fp8 pool")
     parser.add_argument("--heads-only", action="store_true",
                         help="only the decode kernel with several kv heads per program, fp8 and bf16 pools")
+    parser.add_argument("--small", default="1x256,1x512,1x4096,4x2048,8x2048,16x1024",
+                        help="the small-batch cases of --order-only (bf16 pool, the merge knobs)")
     parser.add_argument("--order-only", action="store_true",
                         help="only the decode kernel's launch order (longest first, a row's heads side by side)")
     args = parser.parse_args()
@@ -499,6 +509,7 @@ def main() -> None:
     if args.order_only:
         run_decode_order(decode_cases(args.decode), True, FP8_ORDER_CONFIGS)
         run_decode_order(decode_cases(args.decode), False, BF16_ORDER_CONFIGS)
+        run_decode_order(decode_cases(args.small), False, SMALL_ORDER_CONFIGS)
         return
     if args.heads_only:
         run_decode_heads(decode_cases(args.decode), FP8_HEAD_CONFIGS, fp8=True)

@@ -51,6 +51,12 @@ def decode_cascade() -> bool:
     return _get("DECODE_CASCADE", "1") != "0"
 
 
+def decode_longest_first() -> bool:
+    """RADIXLM_DECODE_LONGEST_FIRST=0: cascade-sized decode batches launch their attention programs in
+    batch order instead of longest context first (for A/B runs); on by default."""
+    return _get("DECODE_LONGEST_FIRST", "1") != "0"
+
+
 def fused_gemv_max_tokens(default: int) -> int:
     """RADIXLM_FUSED_GEMV_MAX_TOKENS=N: batches of at most N tokens (N <= 16) take the fused small-batch GEMV
     kernels (norm / SiLU-and-mul folded into the matmul) on CUDA; 0 turns them off (for A/B runs)."""

@@ -5,7 +5,8 @@ Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `decode_attention_fwd` (flash-decoding, KV splits per request computed on the device). Decode
 batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
 (`cascade_plan`, on the device): a group's prefix K/V is read once per block of requests and
-each request attends the rest of its context on its own (cascade attention).
+each request attends the rest of its context on its own (cascade attention), longest first,
+so that a long context does not run on alone after the short ones.
 
 CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (splits per
 request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
@@ -41,6 +42,7 @@ class DecodeMetadata:
     attn_lse: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS]
     order: Optional[torch.Tensor] = None  # int64 [bs]: requests sharing prefix slots launched side by side
     cascade: Optional["CascadePlan"] = None  # shared-prefix blocks, when the batch is cascade-sized
+    split_counters: Optional[torch.Tensor] = None  # int32 [>=bs, Hk], zeros: finished splits (fused merge)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class TritonAttnBackend(AttentionBackend):
                         if self.device.type == "cuda" else 8)
         self.forward_metadata: Optional[DecodeMetadata | ExtendMetadata] = None
         self.cascade_enabled = environ.decode_cascade()
+        self.longest_first = environ.decode_longest_first()
         self.cascade_members = self.kernel.members_per_block(self.num_q_heads // self.num_kv_heads)
         self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
 
@@ -77,7 +80,7 @@ class TritonAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         if forward_batch.forward_mode.is_decode():
             bs = forward_batch.batch_size
-            meta = DecodeMetadata(forward_batch.seq_lens, *self._scratch(bs))
+            meta = DecodeMetadata(forward_batch.seq_lens, *self._scratch(bs), split_counters=self._counters(bs))
             self._plan_decode(meta, forward_batch)
             self.forward_metadata = meta
             return
@@ -103,8 +106,9 @@ class TritonAttnBackend(AttentionBackend):
             meta.cascade = self.kernel.cascade_plan(forward_batch.req_to_token_pool.req_to_token,
                                                     forward_batch.req_pool_indices[:bs], seq_lens,
                                                     self.cascade_members)
-            meta.order = None
             own = seq_lens - meta.cascade.pre_len
+            # the shared prefixes are the cascade kernel's, so the rest can start longest first
+            meta.order = self.kernel.longest_first_order(own, out=order_out) if self.longest_first else None
         else:
             meta.order = self._order(forward_batch, out=order_out)
             own = seq_lens
@@ -140,19 +144,23 @@ class TritonAttnBackend(AttentionBackend):
         lse = torch.empty((bs, self.num_q_heads, MAX_KV_SPLITS), dtype=torch.float32, device=self.device)
         return logits, lse
 
+    def _counters(self, bs: int) -> torch.Tensor:
+        return torch.zeros((bs, self.num_kv_heads), dtype=torch.int32, device=self.device)
+
     # ---- CUDA graphs (decode) -----------------------------------------------------------
 
     def init_cuda_graph_state(self, max_bs: int) -> None:
         self.cuda_graph_num_kv_splits = torch.ones(max_bs, dtype=torch.int32, device=self.device)
         self.cuda_graph_order = torch.arange(max_bs, dtype=torch.int64, device=self.device)
         self.cuda_graph_attn_logits, self.cuda_graph_attn_lse = self._scratch(max_bs)
+        self.cuda_graph_split_counters = self._counters(max_bs)  # the kernel leaves them zero
 
     def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         if self.cuda_graph_num_kv_splits is None:
             raise RuntimeError("call init_cuda_graph_state(max_bs) before capturing")
         bs = forward_batch.batch_size
         self.forward_metadata = DecodeMetadata(self.cuda_graph_num_kv_splits[:bs], self.cuda_graph_attn_logits,
-                                               self.cuda_graph_attn_lse)
+                                               self.cuda_graph_attn_lse, split_counters=self.cuda_graph_split_counters)
 
     def init_forward_metadata_in_graph(self, forward_batch: "ForwardBatch") -> None:
         """The shared-prefix blocks, the launch order and the splits follow the graph's static
@@ -196,7 +204,7 @@ class TritonAttnBackend(AttentionBackend):
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
             meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs, meta.cascade is not None),
             attn_logits=meta.attn_logits, attn_lse=meta.attn_lse, order=meta.order, cascade=meta.cascade,
-            num_sms=self.num_sms)
+            num_sms=self.num_sms, split_counters=meta.split_counters)
         return o.view(bs, -1)
 
     def _save_kv(self, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",

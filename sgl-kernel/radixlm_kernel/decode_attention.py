@@ -60,6 +60,7 @@ FP8_KV_HEADS = 1  # the same for fp8 pools
 SLOTS_AHEAD = False  # load the next tile's slot ids one iteration ahead (bf16/fp16/fp32 pools)
 FP8_SLOTS_AHEAD = False  # the same for fp8 pools
 HEADS_FASTEST = False  # launch a row's (head group, split) programs side by side instead of a head's rows
+FUSED_MERGE = False  # the last split program of a (row, head group) merges the splits instead of a second kernel
 
 
 def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
@@ -99,7 +100,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          DIRECT_OUT: tl.constexpr,
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
-                         SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr):
+                         SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
+                         count_ptr, cnt_s0):
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -151,6 +153,44 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
             out_ptrs = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (SPLIT_BASE + split) * mo_s2 + dv[None, :]
             tl.store(out_ptrs, out, mask=o_mask)
             tl.store(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + SPLIT_BASE + split, m + tl.log(l), mask=h_mask)
+            if FUSED_MERGE:  # the row's last split program to finish merges the partials (no merge launch)
+                tl.debug_barrier()  # every thread's partial is stored before the arrival is counted
+                counter = count_ptr + b * cnt_s0 + kv0 // HEADS
+                arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+                if arrived == tl.cdiv(seq_len - ctx_start, split_len) - 1:  # the splits that have tokens
+                    tl.store(counter, 0)  # ready for the next launch (the next layer, the next replay)
+                    merged, lse = _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, SPLIT_BASE,
+                                                tl.cdiv(seq_len - ctx_start, split_len), mo_s0, mo_s1, mo_s2, ml_s0,
+                                                ml_s1, BLOCK_H, HEADS * BLOCK_DV)
+                    if CASCADE:
+                        merged = _fold_prefix(merged, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
+                                              tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2,
+                                              ml_s0, ml_s1)
+                    tl.store(o_ptr + b * o_s0 + heads[:, None] * o_s1 + dv[None, :],
+                             merged.to(o_ptr.dtype.element_ty), mask=o_mask)
+
+
+@triton.jit
+def _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, base, n, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1,
+                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """The normalized merge of split partials in slots [base, base + n) of row b, and its log-sum-exp.
+    Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
+    num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
+    den = tl.zeros([BLOCK_H], dtype=tl.float32)
+    mx = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
+    for s in range(0, n):
+        lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base + s, mask=h_mask, other=-1e30,
+                        cache_modifier=".cg")
+        o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (base + s) * mo_s2 + dv[None, :], mask=o_mask,
+                      other=0.0, cache_modifier=".cg")
+        mx_new = tl.maximum(mx, lse_s)
+        a = tl.exp(mx - mx_new)
+        c = tl.exp(lse_s - mx_new)
+        num = num * a[:, None] + o_s * c[:, None]
+        den = den * a + c
+        mx = mx_new
+    den = tl.where(den > 0, den, 1.0)
+    return num / den[:, None], mx + tl.log(den)
 
 
 @triton.jit
@@ -367,7 +407,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
                          num_kv_splits: Union[torch.Tensor, int], sm_scale: float,
                          max_kv_splits: Optional[int] = None, attn_logits: Optional[torch.Tensor] = None,
                          attn_lse: Optional[torch.Tensor] = None, order: Optional[torch.Tensor] = None,
-                         cascade: Optional["CascadePlan"] = None, num_sms: Optional[int] = None) -> None:
+                         cascade: Optional["CascadePlan"] = None, num_sms: Optional[int] = None,
+                         split_counters: Optional[torch.Tensor] = None) -> None:
     """One new token per request attends to its whole context; writes `o`.
 
     q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
@@ -377,7 +418,9 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     `[>=bs, Hq, max_kv_splits, Dv]` and attn_lse `[>=bs, Hq, max_kv_splits]` float32 are the
     scratch buffers (pass static ones under a CUDA graph; allocated when None). `order` (a
     permutation of the batch rows, see `prefix_order` and `longest_first_order`) sets the order in
-    which requests' programs are launched; the result does not depend on it.
+    which requests' programs are launched; the result does not depend on it. With FUSED_MERGE,
+    `split_counters` (int32 `[>=bs, >=kv heads]`, zeros; the kernel leaves them zero) counts the
+    splits that have finished, so the last one merges; pass a static one under a CUDA graph.
 
     With `cascade` (a `cascade_plan` of this batch), each request's shared prefix `[0, pre_len)` is
     attended once per block of requests by the cascade kernel and `num_kv_splits` splits the rest,
@@ -423,6 +466,13 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     block_g = next_power_of_2(group)
     groups = triton.cdiv(num_kv_heads, heads)
     grid = (groups, max_kv_splits, bs) if HEADS_FASTEST else (bs, groups, max_kv_splits)
+    fused_merge = FUSED_MERGE and not direct
+    if fused_merge and split_counters is None:
+        split_counters = torch.zeros((bs, groups), dtype=torch.int32, device=q.device)
+    elif fused_merge and (split_counters.shape[0] < bs or split_counters.shape[1] < groups
+                          or split_counters.dtype != torch.int32):
+        raise ValueError(f"split_counters {tuple(split_counters.shape)} {split_counters.dtype} do not fit bs {bs}, "
+                         f"{groups} head groups (int32, zeros between launches)")
     _decode_split_kernel[grid](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
@@ -433,8 +483,10 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
         SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, SLOTS_AHEAD=FP8_SLOTS_AHEAD if fp8 else SLOTS_AHEAD,
-        HEADS_FASTEST=HEADS_FASTEST, num_warps=warps, num_stages=stages)
-    if direct:
+        HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
+        count_ptr=split_counters if fused_merge else seq_lens,
+        cnt_s0=split_counters.stride(0) if fused_merge else 0, num_warps=warps, num_stages=stages)
+    if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
         attn_logits, attn_lse, o3, seq_lens, num_kv_splits, pre_len, n_pre, attn_logits.stride(0),

@@ -74,17 +74,20 @@ def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, gr
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
-@pytest.mark.parametrize("kv_heads,heads_per_program", [(4, 4), (3, 2), (3, 4)])
+@pytest.mark.parametrize("kv_heads,heads_per_program", [(4, 4), (3, 2), (3, 4), (2, 1)])
 @pytest.mark.parametrize("swap", [False, True], ids=["q-left", "kv-left"])
-@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("splits,fused_merge", [(1, False), (3, False), (3, True)])
 def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict, kv_heads: int,
-                                      heads_per_program: int, swap: bool, splits: int,
+                                      heads_per_program: int, swap: bool, splits: int, fused_merge: bool,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Several kv heads per program (block-diagonal q), including a last group with fewer real heads
-    than the program takes (3 kv heads in programs of 2, or in one of 4): the reference's output."""
+    than the program takes (3 kv heads in programs of 2, or in one of 4); splits merged by a second
+    kernel or by each row's last split program (FUSED_MERGE; the 1-token row has one split with
+    tokens, the others three): the reference's output."""
     import radixlm_kernel.decode_attention as dec
 
     monkeypatch.setattr(dec, "KV_HEADS", heads_per_program)
+    monkeypatch.setattr(dec, "FUSED_MERGE", fused_merge)
     monkeypatch.setattr(dec, "SWAP_AB", swap)
     assert dec.kv_heads_per_program(kv_heads, dtype) == heads_per_program
     assert dec.kv_heads_per_program(1, dtype) == 1  # never more than the pool's heads, rounded up
@@ -95,7 +98,11 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
     lens = torch.tensor(seq_lens, device=device)
     o, ref = torch.full_like(q, float("nan")), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
-    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5)
+    counters = torch.zeros(bs, kv_heads, dtype=torch.int32, device=device)
+    for _ in range(2):  # the second launch reuses the counters the first left at zero
+        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5,
+                             split_counters=counters)
+        assert counters.abs().sum().item() == 0
     decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 

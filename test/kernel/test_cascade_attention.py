@@ -117,14 +117,16 @@ def test_cascade_matches_reference(device: str, dtype: torch.dtype, tol: dict, g
 
 
 @pytest.mark.parametrize("heads_per_program", [1, 2])
-@pytest.mark.parametrize("max_splits", [1, 4])
+@pytest.mark.parametrize("max_splits,fused_merge", [(1, False), (4, False), (4, True)])
 def test_cascade_reads_fp8_pool(device: str, dtype: torch.dtype, fp8_tol: dict, heads_per_program: int,
-                                max_splits: int, monkeypatch: pytest.MonkeyPatch) -> None:
+                                max_splits: int, fused_merge: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """An fp8 pool, with one or two kv heads per decode program (the own-context kernel folds or
-    merges the prefix partials on the block-diagonal layout)."""
+    merges the prefix partials on the block-diagonal layout, in the merge kernel or, FUSED_MERGE, in
+    each row's last split program)."""
     from radixlm_kernel import decode_attention
 
     monkeypatch.setattr(decode_attention, "FP8_KV_HEADS", heads_per_program)
+    monkeypatch.setattr(decode_attention, "FUSED_MERGE", fused_merge)
     torch.manual_seed(4)
     r2t, rows, lens, _ = _batch(device)
     bs, hq = rows.shape[0], KV_HEADS * 4
