@@ -44,23 +44,44 @@ OCCUPANCY = 2  # aim for this many split programs per SM
 # K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
 # FP8_SWAP_AB puts the K/V tile on the left of both dots (s^T = K q^T, acc^T += V^T p^T), so the tile
 # is converted in the left operand's registers. On an H200 (`gpu_kernel_sweep.py --fp8-only`):
-# bf16 reads 2.0 -> fp16 reads 2.8 TB/s at bs 192-512 (uniform lengths); K/V on the left, 4 warps:
-# 2.36 -> 2.61 TB/s at bs 512 with lengths uniform in [1, 4600]. 128-token tiles won the uniform sweep
-# but lost on the offline CI workload; prefetching the next tile and an fp8 q.k product both lost.
-# RADIXLM_KERNEL_FP8_DECODE="BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS]" overrides them, and
-# RADIXLM_KERNEL_DECODE the others' (for A/B runs).
+# bf16 reads 2.0 -> fp16 reads 2.8 TB/s at bs 192-512 (uniform lengths); K/V on the left: 2.36 -> 2.61
+# TB/s at bs 512 with lengths uniform in [1, 4600]. Seventh session (`--order-only`, lengths uniform in
+# [1, 2 x ctx - 1], 40% of each context's slots interleaved as decode allocates them): 2 warps, slot ids
+# one tile ahead, a row's programs side by side and, in cascade-sized batches, the longest contexts
+# first (the backend's launch order): 647 -> 468 us at 256 x 2800, 942 -> 738 us at 512 x 2300
+# (2.3-2.5 -> 3.2 TB/s); bf16 pools 767 -> 672 us at 256 x 2800 (4.45 TB/s). Several kv heads per
+# program (KV_HEADS) lost everywhere (1.1-1.7x slower). Batches of at most SMALL_BS rows take the
+# SMALL_* knobs (bs 1 x 512: 6.8 against 7.4 us bf16, 6.6 against 8.0 fp8).
+# RADIXLM_KERNEL_FP8_DECODE="BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS[,SLOTS_AHEAD]]" overrides them,
+# and RADIXLM_KERNEL_DECODE the others' (for A/B runs).
 FP8_BLOCK_N = 64
-FP8_NUM_WARPS = 4
+FP8_NUM_WARPS = 2
 FP8_NUM_STAGES = 3
 FP8_VIA_F16 = True
 FP8_SWAP_AB = True
-SWAP_AB = False  # the same for bf16/fp16/fp32 pools; the K/V-left order was swept on fp8 pools only
+SWAP_AB = False  # the same for bf16/fp16/fp32 pools
 KV_HEADS = 1  # kv heads per program (a power of two), bf16/fp16/fp32 pools
 FP8_KV_HEADS = 1  # the same for fp8 pools
 SLOTS_AHEAD = False  # load the next tile's slot ids one iteration ahead (bf16/fp16/fp32 pools)
-FP8_SLOTS_AHEAD = False  # the same for fp8 pools
-HEADS_FASTEST = False  # launch a row's (head group, split) programs side by side instead of a head's rows
-FUSED_MERGE = False  # the last split program of a (row, head group) merges the splits instead of a second kernel
+FP8_SLOTS_AHEAD = True  # the same for fp8 pools
+HEADS_FASTEST = True  # launch a row's (head group, split) programs side by side instead of a head's rows
+SMALL_BS = 4  # batches of at most this many rows use the knobs below (0: never)
+SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  # by fp8: BLOCK_N, warps,
+# stages, K/V on the left, slots ahead
+# the last split program of a (row, head group) merges the splits instead of a second kernel, when the
+# grid has 2..FUSED_MERGE_MAX_SPLITS splits (its merge is a serial loop: at 32 splits it lost, 1 x 4096
+# 16.7 against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us)
+FUSED_MERGE = True
+FUSED_MERGE_MAX_SPLITS = 8
+
+
+def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
+    """(BLOCK_N, warps, stages, K/V on the left, slots ahead) for a batch of `bs` rows over this pool."""
+    if bs <= SMALL_BS:
+        return SMALL_KNOBS[fp8]
+    if fp8:
+        return FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_SLOTS_AHEAD
+    return BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, SLOTS_AHEAD
 
 
 def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
@@ -70,24 +91,25 @@ def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
     return max(1, min(next_power_of_2(knob), next_power_of_2(num_kv_heads)))
 
 
-def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int]:
-    """BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS] from environment variable `name` (KV_HEADS defaults to 1)."""
+def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int, bool]:
+    """BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS[,SLOTS_AHEAD]] from environment variable `name`
+    (KV_HEADS defaults to 1, SLOTS_AHEAD to 0)."""
     try:
         fields = [int(x) for x in value.split(",")]
-        if len(fields) not in (4, 5):
+        if len(fields) not in (4, 5, 6):
             raise ValueError
     except ValueError:
-        raise ValueError(f"{name} must be BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS] (four or five integers), "
-                         f"got {value!r}") from None
-    block_n, warps, stages, swap, heads = fields + [1] * (5 - len(fields))
-    return block_n, warps, stages, bool(swap), heads
+        raise ValueError(f"{name} must be BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS[,SLOTS_AHEAD]] (four to six "
+                         f"integers), got {value!r}") from None
+    block_n, warps, stages, swap, heads, ahead = fields + [1, 0][len(fields) - 4:]
+    return block_n, warps, stages, bool(swap), heads, bool(ahead)
 
 
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
-    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS = _knobs_from_env(
+    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _knobs_from_env(
         "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])
 if os.environ.get("RADIXLM_KERNEL_DECODE"):
-    BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, KV_HEADS = _knobs_from_env(
+    BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, KV_HEADS, SLOTS_AHEAD = _knobs_from_env(
         "RADIXLM_KERNEL_DECODE", os.environ["RADIXLM_KERNEL_DECODE"])
 
 
@@ -461,12 +483,12 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     group = num_q_heads // num_kv_heads
     direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
     fp8 = is_fp8(k_buffer.dtype)
-    block_n, warps, stages = (FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES) if fp8 else (BLOCK_N, NUM_WARPS, NUM_STAGES)
+    block_n, warps, stages, swap, ahead = _launch_knobs(fp8, bs)
     heads = kv_heads_per_program(num_kv_heads, k_buffer.dtype)
     block_g = next_power_of_2(group)
     groups = triton.cdiv(num_kv_heads, heads)
     grid = (groups, max_kv_splits, bs) if HEADS_FASTEST else (bs, groups, max_kv_splits)
-    fused_merge = FUSED_MERGE and not direct
+    fused_merge = FUSED_MERGE and 1 < max_kv_splits <= FUSED_MERGE_MAX_SPLITS
     if fused_merge and split_counters is None:
         split_counters = torch.zeros((bs, groups), dtype=torch.int32, device=q.device)
     elif fused_merge and (split_counters.shape[0] < bs or split_counters.shape[1] < groups
@@ -482,7 +504,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         BLOCK_H=max(16, heads * block_g), BLOCK_G=block_g, HEADS=heads, BLOCK_D=next_power_of_2(head_dim),
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
-        SWAP_AB=FP8_SWAP_AB if fp8 else SWAP_AB, SLOTS_AHEAD=FP8_SLOTS_AHEAD if fp8 else SLOTS_AHEAD,
+        SWAP_AB=swap, SLOTS_AHEAD=ahead,
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
         cnt_s0=split_counters.stride(0) if fused_merge else 0, num_warps=warps, num_stages=stages)

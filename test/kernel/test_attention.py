@@ -62,6 +62,7 @@ def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, gr
     import radixlm_kernel.decode_attention as dec
 
     monkeypatch.setattr(dec, "SWAP_AB", True)
+    monkeypatch.setattr(dec, "SMALL_BS", 0)  # the knobs above, not the small-batch ones
     torch.manual_seed(1)
     kv_heads, head_dim, seq_lens = 2, 64, [1, 37, 300]
     k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
@@ -89,6 +90,7 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     monkeypatch.setattr(dec, "KV_HEADS", heads_per_program)
     monkeypatch.setattr(dec, "FUSED_MERGE", fused_merge)
     monkeypatch.setattr(dec, "SWAP_AB", swap)
+    monkeypatch.setattr(dec, "SMALL_BS", 0)
     assert dec.kv_heads_per_program(kv_heads, dtype) == heads_per_program
     assert dec.kv_heads_per_program(1, dtype) == 1  # never more than the pool's heads, rounded up
     torch.manual_seed(4)
@@ -115,6 +117,7 @@ def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict
 
     monkeypatch.setattr(dec, "SLOTS_AHEAD", True)
     monkeypatch.setattr(dec, "SWAP_AB", swap)
+    monkeypatch.setattr(dec, "SMALL_BS", 0)
     torch.manual_seed(5)
     kv_heads, head_dim, group, seq_lens = 2, 64, 4, [1, 64, 65, 300]
     k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
@@ -127,12 +130,38 @@ def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16-pool", "fp8-pool"])
+def test_small_batch_knobs(device: str, dtype: torch.dtype, tol: dict, fp8_tol: dict, fp8: bool,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of at most SMALL_BS rows takes SMALL_KNOBS, a larger one the pool's knobs; both give the
+    reference's output (here with 5 rows against SMALL_BS 4 and 5)."""
+    import radixlm_kernel.decode_attention as dec
+
+    assert dec._launch_knobs(fp8, dec.SMALL_BS) == dec.SMALL_KNOBS[fp8]
+    torch.manual_seed(6)
+    kv_heads, head_dim, group, seq_lens = 2, 64, 4, [3, 70, 129, 1, 200]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    if fp8:
+        k_buf, v_buf = k_buf.to(torch.float8_e4m3fn), v_buf.to(torch.float8_e4m3fn)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    ref = torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    for small in (4, 5):
+        monkeypatch.setattr(dec, "SMALL_BS", small)
+        o = torch.empty_like(q)
+        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 2, head_dim ** -0.5)
+        torch.testing.assert_close(o, ref.view(bs, -1), **(fp8_tol if fp8 else tol))
+
+
 def test_knobs_from_env() -> None:
-    """RADIXLM_KERNEL_(FP8_)DECODE's value: four or five integers, else an error naming the variable."""
+    """RADIXLM_KERNEL_(FP8_)DECODE's value: four to six integers, else an error naming the variable."""
     from radixlm_kernel.decode_attention import _knobs_from_env
 
-    assert _knobs_from_env("X", "64,2,3,0") == (64, 2, 3, False, 1)
-    assert _knobs_from_env("X", "32,8,2,1,4") == (32, 8, 2, True, 4)
+    assert _knobs_from_env("X", "64,2,3,0") == (64, 2, 3, False, 1, False)
+    assert _knobs_from_env("X", "32,8,2,1,4") == (32, 8, 2, True, 4, False)
+    assert _knobs_from_env("X", "64,2,3,1,1,1") == (64, 2, 3, True, 1, True)
     with pytest.raises(ValueError, match="RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB"):
         _knobs_from_env("RADIXLM_KERNEL_FP8_DECODE", "64,2,3")
 
@@ -230,6 +259,7 @@ def test_fp8_pool(device: str, dtype: torch.dtype, tol: dict, fp8_tol: dict, fp8
 
     monkeypatch.setattr(dec, "FP8_VIA_F16", via_f16)
     monkeypatch.setattr(dec, "FP8_SWAP_AB", swap)
+    monkeypatch.setattr(dec, "SMALL_BS", 0)
     torch.manual_seed(3)
     kv_heads, head_dim, group = 2, 64, 4
     seq_lens = [300, 17]
