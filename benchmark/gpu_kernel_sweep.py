@@ -199,6 +199,23 @@ def run_decode_fp8(cases: list[tuple[int, str]], configs: list[tuple]) -> None:
         torch.cuda.empty_cache()
 
 
+def decode_case(bs: int, ctx: str, fp8: bool, tail_frac: float = 0.0) -> dict:
+    """One case's pool (fp8_e4m3 or bf16), lengths, q, output buffer and, when small enough to compute,
+    the reference output (keys: lens_list, kb, vb, r2t, rows, lens, q, o, ref)."""
+    lens_list = case_lens(ctx, bs)
+    kb, vb, r2t, rows = pool(lens_list, tail_frac=tail_frac)
+    if fp8:
+        kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
+    lens = torch.tensor(lens_list, device=DEV)
+    q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
+    ref = None
+    if sum(lens_list) <= 300_000:
+        ref = torch.empty_like(q)
+        R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
+    return dict(lens_list=lens_list, kb=kb, vb=vb, r2t=r2t, rows=rows, lens=lens, q=q, o=torch.empty_like(q),
+                ref=ref)
+
+
 HEAD_KNOBS = {True: ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_SWAP_AB", "FP8_KV_HEADS",
                      "FP8_SLOTS_AHEAD"),
               False: ("BLOCK_N", "NUM_WARPS", "NUM_STAGES", "SWAP_AB", "KV_HEADS", "SLOTS_AHEAD")}
@@ -215,17 +232,10 @@ def run_decode_heads(cases: list[tuple[int, str]], configs: list[tuple], fp8: bo
     print(f"| bs x ctx | default {default} | best | best config {knobs} | best per heads count |")
     print("|---|---|---|---|---|")
     for bs, ctx in cases:
-        lens_list = case_lens(ctx, bs)
-        kb, vb, r2t, rows = pool(lens_list, tail_frac=case_tail(ctx))
-        if fp8:
-            kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
-        lens = torch.tensor(lens_list, device=DEV)
-        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
-        o = torch.empty_like(q)
-        checked = sum(lens_list) <= 300_000
-        if checked:
-            ref = torch.empty_like(q)
-            R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
+        c = decode_case(bs, ctx, fp8, case_tail(ctx))
+        lens_list, kb, vb, r2t, rows, lens, q, o, ref = (c[k] for k in ("lens_list", "kb", "vb", "r2t", "rows",
+                                                                       "lens", "q", "o", "ref"))
+        checked = ref is not None
         launch: list = []
         errors: dict = {}
 
@@ -258,7 +268,7 @@ def run_decode_heads(cases: list[tuple[int, str]], configs: list[tuple], fp8: bo
         bad = {c: e for c, e in errors.items() if e > (3e-2 if fp8 else 2e-2) * 4}
         if bad:
             print(f"  MISMATCH against the reference: {bad}", flush=True)
-        del kb, vb
+        del kb, vb, c
         torch.cuda.empty_cache()
 
 
@@ -424,19 +434,11 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
     saved = {k: getattr(dec, k) for cfg in configs for k in cfg if k != "lpt"}
     times: dict[int, list[str]] = {i: [] for i in range(len(configs))}
     for bs, ctx in cases:
-        lens_list = case_lens(ctx, bs)
-        kb, vb, r2t, rows = pool(lens_list, tail_frac=case_tail(ctx))
-        if fp8:
-            kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
-        lens = torch.tensor(lens_list, device=DEV)
+        c = decode_case(bs, ctx, fp8, case_tail(ctx))
+        lens_list, kb, vb, r2t, rows, lens, q, o, ref = (c[k] for k in ("lens_list", "kb", "vb", "r2t", "rows",
+                                                                       "lens", "q", "o", "ref"))
         lpt = K.longest_first_order(lens)
         counters = torch.zeros(bs, HKV, dtype=torch.int32, device=DEV)
-        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
-        o = torch.empty_like(q)
-        ref = None
-        if sum(lens_list) <= 300_000:
-            ref = torch.empty_like(q)
-            R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
         nbytes = 2 * sum(lens_list) * HKV * D * kb.element_size()
         for i, cfg in enumerate(configs):
             for name, value in saved.items():
@@ -454,7 +456,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
                 continue
             bad = ref is not None and (o.float() - ref.float()).abs().max().item() > 0.1
             times[i].append(f"{ms * 1e3:.1f} ({nbytes / ms / 1e9:.2f}){' MISMATCH' if bad else ''}")
-        del kb, vb
+        del kb, vb, c
         torch.cuda.empty_cache()
     for name, value in saved.items():
         setattr(dec, name, value)

@@ -205,12 +205,7 @@ def _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, base, n,
                         cache_modifier=".cg")
         o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (base + s) * mo_s2 + dv[None, :], mask=o_mask,
                       other=0.0, cache_modifier=".cg")
-        mx_new = tl.maximum(mx, lse_s)
-        a = tl.exp(mx - mx_new)
-        c = tl.exp(lse_s - mx_new)
-        num = num * a[:, None] + o_s * c[:, None]
-        den = den * a + c
-        mx = mx_new
+        num, den, mx = _combine(num, den, mx, o_s, lse_s)
     den = tl.where(den > 0, den, 1.0)
     return num / den[:, None], mx + tl.log(den)
 
@@ -321,13 +316,18 @@ def _fold_prefix(out, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
             lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + s, mask=h_mask, other=0.0)
             o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + s * mo_s2 + dv[None, :], mask=o_mask,
                           other=0.0)
-            mx_new = tl.maximum(mx, lse_s)
-            a = tl.exp(mx - mx_new)
-            c = tl.exp(lse_s - mx_new)
-            num = num * a[:, None] + o_s * c[:, None]
-            den = den * a + c
-            mx = mx_new
+            num, den, mx = _combine(num, den, mx, o_s, lse_s)
     return num / den[:, None]
+
+
+@triton.jit
+def _combine(num, den, mx, o_s, lse_s):
+    """One step of a log-sum-exp merge: fold partial `o_s` (normalized, log-sum-exp `lse_s`) into the
+    running numerator, denominator and max."""
+    mx_new = tl.maximum(mx, lse_s)
+    a = tl.exp(mx - mx_new)
+    c = tl.exp(lse_s - mx_new)
+    return num * a[:, None] + o_s * c[:, None], den * a + c, mx_new
 
 
 @triton.jit

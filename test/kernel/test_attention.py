@@ -30,6 +30,19 @@ def _pool(seq_lens: list[int], kv_heads: int, head_dim: int, device: str, dtype:
     return k_buf, v_buf, req_to_token, rows
 
 
+def _check_decode(seq_lens: list[int], kv_heads: int, group: int, splits: int, device: str, dtype: torch.dtype,
+                  tol: dict, head_dim: int = 64) -> None:
+    """decode_attention_fwd over a random pool with the current knobs against the reference."""
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    o, ref = torch.empty_like(q), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("seq_lens,splits", [([1, 37, 130], 4), ([600, 5], None), ([300], 3), ([1, 37, 130], 1),
                                              ([600, 5], 1)])
@@ -64,15 +77,7 @@ def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, gr
     monkeypatch.setattr(dec, "SWAP_AB", True)
     monkeypatch.setattr(dec, "SMALL_BS", 0)  # the knobs above, not the small-batch ones
     torch.manual_seed(1)
-    kv_heads, head_dim, seq_lens = 2, 64, [1, 37, 300]
-    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
-    bs, hq = len(seq_lens), kv_heads * group
-    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
-    lens = torch.tensor(seq_lens, device=device)
-    o, ref = torch.empty_like(q), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
-    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 3, head_dim ** -0.5)
-    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
-    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+    _check_decode([1, 37, 300], 2, group, 3, device, dtype, tol)
 
 
 @pytest.mark.parametrize("kv_heads,heads_per_program", [(4, 4), (3, 2), (3, 4), (2, 1)])
@@ -119,15 +124,7 @@ def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict
     monkeypatch.setattr(dec, "SWAP_AB", swap)
     monkeypatch.setattr(dec, "SMALL_BS", 0)
     torch.manual_seed(5)
-    kv_heads, head_dim, group, seq_lens = 2, 64, 4, [1, 64, 65, 300]
-    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
-    bs, hq = len(seq_lens), kv_heads * group
-    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
-    lens = torch.tensor(seq_lens, device=device)
-    o, ref = torch.empty_like(q), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
-    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 2, head_dim ** -0.5)
-    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
-    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+    _check_decode([1, 64, 65, 300], 2, 4, 2, device, dtype, tol)
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16-pool", "fp8-pool"])
