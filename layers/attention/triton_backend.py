@@ -40,7 +40,8 @@ class DecodeMetadata:
     num_kv_splits: torch.Tensor  # int32 [bs]
     attn_logits: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS, Dv]
     attn_lse: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS]
-    order: Optional[torch.Tensor] = None  # int64 [bs]: requests sharing prefix slots launched side by side
+    order: Optional[torch.Tensor] = None  # int64 [bs] launch order: prefix-sharing rows side by side, or
+    # (cascade batches) the longest own contexts first
     cascade: Optional["CascadePlan"] = None  # shared-prefix blocks, when the batch is cascade-sized
     split_counters: Optional[torch.Tensor] = None  # int32 [>=bs, Hk], zeros: finished splits (fused merge)
 
