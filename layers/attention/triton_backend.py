@@ -75,6 +75,7 @@ class TritonAttnBackend(AttentionBackend):
         self.longest_first = environ.decode_longest_first()
         self.cascade_members = self.kernel.members_per_block(self.num_q_heads // self.num_kv_heads)
         self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
+        self.split_counters: Optional[torch.Tensor] = None
 
     # ---- metadata ------------------------------------------------------------------------
 
@@ -146,7 +147,12 @@ class TritonAttnBackend(AttentionBackend):
         return logits, lse
 
     def _counters(self, bs: int) -> torch.Tensor:
-        return torch.zeros((bs, self.num_kv_heads), dtype=torch.int32, device=self.device)
+        """The fused merge's arrival counters for eager decode steps: one zeroed buffer, grown when a
+        larger batch comes (the kernel leaves it zero, so the next step reuses it). The graphs keep their
+        own (`init_cuda_graph_state`), so growing this one never frees memory a graph writes."""
+        if self.split_counters is None or self.split_counters.shape[0] < bs:
+            self.split_counters = torch.zeros((bs, self.num_kv_heads), dtype=torch.int32, device=self.device)
+        return self.split_counters
 
     # ---- CUDA graphs (decode) -----------------------------------------------------------
 
@@ -154,7 +160,8 @@ class TritonAttnBackend(AttentionBackend):
         self.cuda_graph_num_kv_splits = torch.ones(max_bs, dtype=torch.int32, device=self.device)
         self.cuda_graph_order = torch.arange(max_bs, dtype=torch.int64, device=self.device)
         self.cuda_graph_attn_logits, self.cuda_graph_attn_lse = self._scratch(max_bs)
-        self.cuda_graph_split_counters = self._counters(max_bs)  # the kernel leaves them zero
+        self.cuda_graph_split_counters = torch.zeros((max_bs, self.num_kv_heads), dtype=torch.int32,
+                                                     device=self.device)  # the kernel leaves them zero
 
     def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         if self.cuda_graph_num_kv_splits is None:

@@ -179,11 +179,11 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                 tl.debug_barrier()  # every thread's partial is stored before the arrival is counted
                 counter = count_ptr + b * cnt_s0 + kv0 // HEADS
                 arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-                if arrived == tl.cdiv(seq_len - ctx_start, split_len) - 1:  # the splits that have tokens
+                active = tl.cdiv(seq_len - ctx_start, split_len)  # the splits that have tokens
+                if arrived == active - 1:
                     tl.store(counter, 0)  # ready for the next launch (the next layer, the next replay)
                     merged, lse = _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, SPLIT_BASE,
-                                                tl.cdiv(seq_len - ctx_start, split_len), mo_s0, mo_s1, mo_s2, ml_s0,
-                                                ml_s1, BLOCK_H, HEADS * BLOCK_DV)
+                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV)
                     if CASCADE:
                         merged = _fold_prefix(merged, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
                                               tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2,
