@@ -483,10 +483,6 @@ SMALL_ORDER_CONFIGS = [{}, {"FUSED_MERGE": True}, {"FUSED_MERGE": True, "HEADS_F
                        {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True, "HEADS_FASTEST": True},
                        {"FUSED_MERGE": True, "BLOCK_N": 32, "NUM_WARPS": 4, "SLOTS_AHEAD": True}]
 
-# the fused merge (the last split program merges) at any grid size, its loads UNROLL splits at a time
-MERGE_CONFIGS = [{}, {"MERGE_UNROLL": 4}, {"FUSED_MERGE_MAX_SPLITS": 32},
-                 *({"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": u} for u in (2, 4, 8))]
-
 
 # (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
 FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
@@ -510,14 +506,8 @@ def main() -> None:
                         help="the small-batch cases of --order-only (bf16 pool, the merge knobs)")
     parser.add_argument("--order-only", action="store_true",
                         help="only the decode kernel's launch order (longest first, a row's heads side by side)")
-    parser.add_argument("--merge-only", action="store_true",
-                        help="only the fused merge's knobs on the --small cases (bf16 and fp8 pools)")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    if args.merge_only:
-        run_decode_order(decode_cases(args.small), False, MERGE_CONFIGS)
-        run_decode_order(decode_cases(args.small), True, MERGE_CONFIGS)
-        return
     if args.order_only:
         run_decode_order(decode_cases(args.decode), True, FP8_ORDER_CONFIGS)
         run_decode_order(decode_cases(args.decode), False, BF16_ORDER_CONFIGS)

@@ -132,17 +132,6 @@ for what in "$@"; do
                 grep -E '^##|^   ' "$OUT/kernel_asm.log" ;;
     order_sweep) step order_sweep 420 python3 benchmark/gpu_kernel_sweep.py --order-only \
                  --decode ${ORDER_CASES:-1x512,64x2048,128x2800i,256x2800i,512x2300i} ;;
-    l2_diag) step l2_diag 120 python3 benchmark/gpu_l2_prefetch.py ;;
-    profile_bs1) step profile_bs1 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
-                 --cuda-graph-max-bs 8 --decode 1x256,8x2560 --prefill 1x0x2048 ;;
-    prefetch_tests) step prefetch_tests 200 python3 -m pytest -q test/unit/layers/test_weight_prefetch.py ;;
-    prefetch_ab)  # bench_one_batch per L2 prefetch plan (PREFETCH_SPECS, space-separated RADIXLM_L2_PREFETCH values)
-            for spec in ${PREFETCH_SPECS:-0 o_proj o_proj,gate_up:16 o_proj,gate_up:16,qkv:12 o_proj,lines}; do
-              (export RADIXLM_L2_PREFETCH=$spec; step "prefetch_${spec//[,:]/_}" 150 python3 benchmark/bench_one_batch.py \
-                 --model-path $MODEL --load-format dummy --dtype bfloat16 --batch-size 1 8 16 --input-len 256 \
-                 --output-len 128); done ;;
-    merge_sweep) step merge_sweep 300 python3 benchmark/gpu_kernel_sweep.py --merge-only \
-                 --small ${MERGE_CASES:-1x256,1x512,1x2048,1x4096,4x2048,8x2048,16x1024} ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;

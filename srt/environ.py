@@ -78,20 +78,3 @@ def prefill_beside_decode() -> bool:
     """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""
     return _get("PREFILL_BESIDE_DECODE", "1") != "0"
-
-
-def l2_prefetch() -> str:
-    """RADIXLM_L2_PREFETCH: which weights small CUDA decode batches prefetch into L2 beside the latency-bound
-    kernels before them (`layers/weight_prefetch.py`): a comma list of `o_proj` (all of it, during rotary
-    and attention), `gate_up:MB` (its first MB, during o_proj and the norm), `qkv:MB` (the next layer's,
-    during down_proj and the norm), `lines` for the sm80 form of the kernel; `0` or empty turns prefetching off."""
-    return _get("L2_PREFETCH", "o_proj") or ""
-
-
-def l2_prefetch_max_bs() -> int:
-    """RADIXLM_L2_PREFETCH_MAX_BS=N: decode batches of at most N rows prefetch weights (see l2_prefetch)."""
-    value = _get("L2_PREFETCH_MAX_BS", "16")
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"RADIXLM_L2_PREFETCH_MAX_BS must be an integer, got {value!r}") from None

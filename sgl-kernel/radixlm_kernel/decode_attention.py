@@ -73,7 +73,6 @@ SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  #
 # 16.7 against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us)
 FUSED_MERGE = True
 FUSED_MERGE_MAX_SPLITS = 8
-MERGE_UNROLL = 1  # the fused merge issues this many splits' loads per iteration
 
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
@@ -124,7 +123,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
-                         MERGE_UNROLL: tl.constexpr, count_ptr, cnt_s0):
+                         count_ptr, cnt_s0):
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -184,8 +183,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                 if arrived == active - 1:
                     tl.store(counter, 0)  # ready for the next launch (the next layer, the next replay)
                     merged, lse = _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, SPLIT_BASE,
-                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV,
-                                                MERGE_UNROLL)
+                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV)
                     if CASCADE:
                         merged = _fold_prefix(merged, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
                                               tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2,
@@ -196,21 +194,18 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
 
 @triton.jit
 def _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, base, n, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1,
-                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, UNROLL: tl.constexpr):
+                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
     """The normalized merge of split partials in slots [base, base + n) of row b, and its log-sum-exp.
-    UNROLL splits' loads are issued together per iteration (a split past n loads log-sum-exp -inf,
-    weight 0). Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
+    Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
     num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
     den = tl.zeros([BLOCK_H], dtype=tl.float32)
     mx = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
-    for s0 in range(0, n, UNROLL):
-        for j in tl.static_range(UNROLL):
-            ok = (heads * 0 + s0 + j) < n  # per row, so the masks stay tensors
-            lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base + s0 + j, mask=h_mask & ok,
-                            other=float("-inf"), cache_modifier=".cg")
-            o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (base + s0 + j) * mo_s2 + dv[None, :],
-                          mask=o_mask & ok[:, None], other=0.0, cache_modifier=".cg")
-            num, den, mx = _combine(num, den, mx, o_s, lse_s)
+    for s in range(0, n):
+        lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base + s, mask=h_mask, other=-1e30,
+                        cache_modifier=".cg")
+        o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (base + s) * mo_s2 + dv[None, :], mask=o_mask,
+                      other=0.0, cache_modifier=".cg")
+        num, den, mx = _combine(num, den, mx, o_s, lse_s)
     den = tl.where(den > 0, den, 1.0)
     return num / den[:, None], mx + tl.log(den)
 
@@ -510,7 +505,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         BLOCK_DV=next_power_of_2(v_head_dim), BLOCK_N=block_n, DIRECT_OUT=direct, HAS_ORDER=order is not None,
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
         SWAP_AB=swap, SLOTS_AHEAD=ahead,
-        HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge, MERGE_UNROLL=MERGE_UNROLL,
+        HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
         cnt_s0=split_counters.stride(0) if fused_merge else 0, num_warps=warps, num_stages=stages)
     if direct or fused_merge:

@@ -18,7 +18,6 @@ from radixlm.layers.logits_processor import LogitsProcessor, LogitsProcessorOutp
 from radixlm.layers.radix_attention import RadixAttention
 from radixlm.layers.rotary_embedding import get_rope, rope_config
 from radixlm.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-from radixlm.layers.weight_prefetch import LayerPrefetch, for_forward, fork, join, layer_prefetches
 from radixlm.models.weight_mapping import load_weights_into
 
 if TYPE_CHECKING:
@@ -36,12 +35,9 @@ class LlamaMLP(nn.Module):
                                                        tp_rank=tp_rank, tp_size=tp_size)
         self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=bias, tp_rank=tp_rank, tp_size=tp_size)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm,
-                prefetch: Optional[LayerPrefetch] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """`(mlp(norm(x + residual)), x + residual)`: the norm runs inside gate_up, SiLU-and-mul inside down."""
         gate_up, residual = self.gate_up_proj.forward_normed(x, residual, norm)
-        if prefetch is not None:
-            fork(prefetch.before_down, x.device)
         return self.down_proj.forward_silu_mul(gate_up), residual
 
 
@@ -70,25 +66,17 @@ class LlamaAttention(nn.Module):
         return q, k
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
-                residual: Optional[torch.Tensor], norm: RMSNorm, prefetch: Optional[LayerPrefetch] = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                residual: Optional[torch.Tensor], norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """`(attention(norm(hidden_states + residual)), hidden_states + residual)`, the norm inside the QKV
-        projection; residual None (the first layer) normalises hidden_states alone and returns it as residual.
-        `prefetch`: the weights to bring into L2 beside rotary and attention (small CUDA decode batches)."""
+        projection; residual None (the first layer) normalises hidden_states alone and returns it as residual."""
         qkv, residual = self.qkv_proj.forward_normed(hidden_states, residual, norm)
-        if prefetch is not None:
-            fork(prefetch.after_qkv, qkv.device)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.prepare_qk(q, k)
         # on CUDA one kernel rotates q/k in place inside qkv and writes k/v into the pool: no copies
         if self.rotary_emb.forward_and_store_kv(positions, q, k, v, self.attn.kv_store_target(forward_batch)):
-            out = self.attn(q, k, v, forward_batch, save_kv_cache=False)
-        else:
-            q, k = self.rotary_emb(positions, q.contiguous(), k.contiguous())
-            out = self.attn(q, k, v.contiguous(), forward_batch)
-        if prefetch is not None:
-            fork(prefetch.before_o_proj, out.device)
-        return self.o_proj(out), residual
+            return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=False)), residual
+        q, k = self.rotary_emb(positions, q.contiguous(), k.contiguous())
+        return self.o_proj(self.attn(q, k, v.contiguous(), forward_batch)), residual
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -99,18 +87,13 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(config, tp_rank, tp_size)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.prefetch = LayerPrefetch()  # the model sets it from the L2 prefetch plan
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
                 residual: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual stream is carried un-normalised; each norm runs inside the projection after it."""
-        prefetch = for_forward(self.prefetch, hidden_states, forward_batch)
         hidden_states, residual = self.self_attn(positions, hidden_states, forward_batch, residual,
-                                                 self.input_layernorm, prefetch)
-        out = self.mlp(hidden_states, residual, self.post_attention_layernorm, prefetch)
-        if prefetch is not None:
-            join(hidden_states.device)
-        return out
+                                                 self.input_layernorm)
+        return self.mlp(hidden_states, residual, self.post_attention_layernorm)
 
 
 class LlamaModel(nn.Module):
@@ -120,8 +103,6 @@ class LlamaModel(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp_rank, tp_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, tp_rank, tp_size, attention_cls)
                                     for i in range(config.num_hidden_layers))
-        for layer, prefetch in zip(self.layers, layer_prefetches(list(self.layers))):
-            layer.prefetch = prefetch
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: "ForwardBatch"
