@@ -483,6 +483,10 @@ SMALL_ORDER_CONFIGS = [{}, {"FUSED_MERGE": True}, {"FUSED_MERGE": True, "HEADS_F
                        {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True, "HEADS_FASTEST": True},
                        {"FUSED_MERGE": True, "BLOCK_N": 32, "NUM_WARPS": 4, "SLOTS_AHEAD": True}]
 
+# split programs per SM: MID_OCCUPANCY for batches of 5-16 rows, OCCUPANCY for the others; the fused merge's reach
+OCCUPANCY_CONFIGS = [{}, {"MID_OCCUPANCY": 2}, {"MID_OCCUPANCY": 4}, {"MID_OCCUPANCY": 4, "FUSED_MERGE_MAX_SPLITS": 16},
+                     {"OCCUPANCY": 3, "FUSED_MERGE_MAX_SPLITS": 16}, {"OCCUPANCY": 4}]
+
 
 # (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
 FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
@@ -506,8 +510,14 @@ def main() -> None:
                         help="the small-batch cases of --order-only (bf16 pool, the merge knobs)")
     parser.add_argument("--order-only", action="store_true",
                         help="only the decode kernel's launch order (longest first, a row's heads side by side)")
+    parser.add_argument("--occupancy-only", action="store_true",
+                        help="only split programs per SM and the fused merge's reach on --decode (bf16 and fp8 pools)")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.occupancy_only:
+        run_decode_order(decode_cases(args.decode), False, OCCUPANCY_CONFIGS)
+        run_decode_order(decode_cases(args.decode), True, OCCUPANCY_CONFIGS)
+        return
     if args.order_only:
         run_decode_order(decode_cases(args.decode), True, FP8_ORDER_CONFIGS)
         run_decode_order(decode_cases(args.decode), False, BF16_ORDER_CONFIGS)

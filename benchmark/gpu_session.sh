@@ -132,6 +132,8 @@ for what in "$@"; do
                 grep -E '^##|^   ' "$OUT/kernel_asm.log" ;;
     order_sweep) step order_sweep 420 python3 benchmark/gpu_kernel_sweep.py --order-only \
                  --decode ${ORDER_CASES:-1x512,64x2048,128x2800i,256x2800i,512x2300i} ;;
+    occupancy_sweep) step occupancy_sweep 300 python3 benchmark/gpu_kernel_sweep.py --occupancy-only \
+                 --decode ${OCC_CASES:-1x4096,2x2048,4x2048,8x2048,8x2560i,16x1024,16x2560i,32x2048,64x2048} ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;

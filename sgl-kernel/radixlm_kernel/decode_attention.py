@@ -40,6 +40,13 @@ NUM_WARPS = 2
 NUM_STAGES = 3
 MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the parallelism gains
 OCCUPANCY = 2  # aim for this many split programs per SM
+# batches of SMALL_BS < bs <= MID_BS aim for MID_OCCUPANCY instead: more, shorter splits, so a row's long
+# context does not run on alone (eighth session, `gpu_kernel_sweep.py --occupancy-only`, us per layer call,
+# 2 -> 3: bf16 8 x 2048 31.6 -> 27.6, 8 x ~2560 random lengths 43.3 -> 37.7, 16 x 1024 28.7 -> 24.9, 16 x
+# ~2560 81.2 -> 63.9; fp8 21.5 -> 18.9, 28.5 -> 24.3, 18.7 -> 15.8, 62.0 -> 46.4; at bs 2-4 and 32-64 a higher
+# occupancy lost or tied)
+MID_BS = 16
+MID_OCCUPANCY = 3
 # fp8 pools: a tile of BLOCK_N tokens is half the bytes, so they get their own knobs. FP8_VIA_F16 reads
 # K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
 # FP8_SWAP_AB puts the K/V tile on the left of both dots (s^T = K q^T, acc^T += V^T p^T), so the tile
@@ -363,11 +370,12 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
 
 def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int, heads_per_program: int = 1) -> int:
     """The most splits any request of a batch of `bs` gets: enough (request, kv head group, split)
-    programs to fill the GPU `OCCUPANCY` times over, capped at `max_kv_splits`. A host int (it depends
-    on the batch size only), so it sizes the grid: no programs launched just to exit.
-    `heads_per_program`: what `kv_heads_per_program` gives for the pool."""
+    programs to fill the GPU `OCCUPANCY` (`MID_OCCUPANCY` for mid-sized batches) times over, capped at
+    `max_kv_splits`. A host int (it depends on the batch size only), so it sizes the grid: no programs
+    launched just to exit. `heads_per_program`: what `kv_heads_per_program` gives for the pool."""
     programs = bs * triton.cdiv(num_kv_heads, heads_per_program)
-    return max(1, min(max_kv_splits, triton.cdiv(OCCUPANCY * num_sms, max(1, programs))))
+    occupancy = MID_OCCUPANCY if SMALL_BS < bs <= MID_BS else OCCUPANCY
+    return max(1, min(max_kv_splits, triton.cdiv(occupancy * num_sms, max(1, programs))))
 
 
 def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_splits: int,

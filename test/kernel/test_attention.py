@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import (compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd,
+from radixlm_kernel import (compute_num_kv_splits, decode_attention_fwd, extend_attention_fwd, grid_kv_splits,
                             longest_first_order, prefix_order)
 from radixlm_kernel.reference import decode_attention_ref, extend_attention_ref
 
@@ -171,6 +171,18 @@ def test_num_kv_splits_bounds(device: str) -> None:
     out = torch.zeros(6, dtype=torch.int32, device=device)
     assert compute_num_kv_splits(lens, 8, 16, num_sms=132, out=out).data_ptr() == out.data_ptr()
     assert out.tolist() == [1, 4, 5, 9, 0, 0]
+
+
+def test_grid_splits_occupancy_bands() -> None:
+    """Batches of SMALL_BS < bs <= MID_BS fill the GPU MID_OCCUPANCY times over, the others OCCUPANCY times."""
+    from radixlm_kernel import decode_attention as dec
+
+    for bs in (1, dec.SMALL_BS, dec.SMALL_BS + 1, 8, dec.MID_BS, dec.MID_BS + 1, 64):
+        occupancy = dec.MID_OCCUPANCY if dec.SMALL_BS < bs <= dec.MID_BS else dec.OCCUPANCY
+        want = max(1, min(32, -(-occupancy * 132 // (bs * 8))))
+        assert grid_kv_splits(bs, 8, 32, 132) == want, bs
+    assert dec.MID_OCCUPANCY > dec.OCCUPANCY
+    assert grid_kv_splits(8, 8, 32, 132) == 7 and grid_kv_splits(dec.MID_BS + 1, 8, 32, 132) == 2
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
