@@ -134,6 +134,10 @@ for what in "$@"; do
                  --decode ${ORDER_CASES:-1x512,64x2048,128x2800i,256x2800i,512x2300i} ;;
     occupancy_sweep) step occupancy_sweep 300 python3 benchmark/gpu_kernel_sweep.py --occupancy-only \
                  --decode ${OCC_CASES:-1x4096,2x2048,4x2048,8x2048,8x2560i,16x1024,16x2560i,32x2048,64x2048} ;;
+    occupancy_ab)  # the mid-batch occupancy end to end: old (2,2) against new (the default), one run each
+            for occ in 2,2 default; do (if [ $occ != default ]; then export RADIXLM_KERNEL_DECODE_OCCUPANCY=$occ; fi
+              step "occupancy_ab_${occ/,/_}" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size 8 16 --input-len 2048 --output-len 64); done ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;

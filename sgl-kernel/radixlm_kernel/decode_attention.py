@@ -112,6 +112,20 @@ def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int, bo
     return block_n, warps, stages, bool(swap), heads, bool(ahead)
 
 
+def _occupancy_from_env(value: str) -> tuple[int, int]:
+    """OCCUPANCY,MID_OCCUPANCY from RADIXLM_KERNEL_DECODE_OCCUPANCY (two positive integers)."""
+    try:
+        occupancy, mid = (int(x) for x in value.split(","))
+        if occupancy < 1 or mid < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RADIXLM_KERNEL_DECODE_OCCUPANCY must be OCCUPANCY,MID_OCCUPANCY (two positive "
+                         f"integers), got {value!r}") from None
+    return occupancy, mid
+
+
+if os.environ.get("RADIXLM_KERNEL_DECODE_OCCUPANCY"):  # split programs per SM, for A/B runs
+    OCCUPANCY, MID_OCCUPANCY = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
     FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _knobs_from_env(
         "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])

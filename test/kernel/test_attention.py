@@ -185,6 +185,17 @@ def test_grid_splits_occupancy_bands() -> None:
     assert grid_kv_splits(8, 8, 32, 132) == 7 and grid_kv_splits(dec.MID_BS + 1, 8, 32, 132) == 2
 
 
+def test_occupancy_from_env() -> None:
+    """RADIXLM_KERNEL_DECODE_OCCUPANCY's value: OCCUPANCY,MID_OCCUPANCY, else an error naming the variable."""
+    from radixlm_kernel.decode_attention import _occupancy_from_env
+
+    assert _occupancy_from_env("2,2") == (2, 2)
+    assert _occupancy_from_env("1,4") == (1, 4)
+    for bad in ("3", "2,0", "a,b", "1,2,3"):
+        with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_OCCUPANCY must be"):
+            _occupancy_from_env(bad)
+
+
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("prefix_lens,extend_lens", [([0], [70]), ([0, 33, 130], [5, 80, 1]), ([200, 0], [3, 17]),
                                                       ([0, 40], [300, 129])])  # causal blocks below the diagonal
