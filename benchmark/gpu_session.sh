@@ -11,6 +11,9 @@ set -u
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 MODEL=.models/llama-3.1-8b
+# the CUDA GEMV extension's build cache (radixlm_kernel.cuda_gemv): carry .kcache to skip the ~1 min build;
+# every run copies what it built to $OUT/kcache so that the next call can carry it
+export RADIXLM_CACHE_DIR=$PWD/.kcache
 
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl >"$OUT/install.log" 2>&1
 export PYTHONPATH=$PWD/.site:$PWD/sgl-kernel:${PYTHONPATH:-} PATH=$PWD/.site/bin:$PATH
@@ -70,6 +73,11 @@ for what in "$@"; do
                  --dtype bfloat16 --batch-size 1 8 64 --input-len 256 --output-len 256 ;;
     profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --decode 1x256,1x512,8x512,64x2048,192x2560 --prefill 1x0x1024,1x0x2048,1x0x4096,4x0x2048 ;;
+    profile_bs1_ab)  # where the bs-1 step goes with the CUDA GEMVs off and on (the default)
+            for tokens in 0 1; do (export RADIXLM_CUDA_GEMV_MAX_TOKENS=$tokens
+              step "profile_bs1_gemv$tokens" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256 --prefill 1x0x256
+              grep -E '^ +[0-9.]+ us' "$OUT/profile_bs1_gemv$tokens.log" | head -24); done ;;
     profile_fp8) step profile_fp8 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --kv-cache-dtype fp8_e4m3 --cuda-graph-max-bs 256 --decode 1x256,8x2560,256x2800 --prefill 1x0x2048 ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
@@ -123,7 +131,14 @@ for what in "$@"; do
             if [ -n "${RADIXLM_STEP_TRACE:-}" ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 20
               unset RADIXLM_STEP_TRACE; fi
             unset RADIXLM_PREFILL_BESIDE_DECODE ;;
-    cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ;;
+    cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ${GEMV_M:+--m $GEMV_M}
+               grep -E '^(LAUNCH|decode step|extension)' "$OUT/cuda_gemv.log" ;;
+    cuda_gemv_tests) step cuda_gemv_tests 300 python3 -m pytest -q test/kernel/test_cuda_gemv.py \
+                 test/unit/layers/test_fused_gemv_cuda.py ;;
+    gemv_ab)  # the CUDA GEMVs end to end: off (cuBLAS + separate norm / SiLU kernels) against on (GEMV_AB_TOKENS)
+            for tokens in 0 ${GEMV_AB_TOKENS:-1}; do (export RADIXLM_CUDA_GEMV_MAX_TOKENS=$tokens
+              step "gemv_ab_$tokens" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size ${GEMV_AB_BS:-1 2} --input-len 256 --output-len 256); done ;;
     fp8_sweep) step fp8_sweep 300 python3 benchmark/gpu_kernel_sweep.py --fp8-only \
                  --decode ${FP8_CASES:-8x2048,64x2048,192x2560,256x2800r,512x2300r} ;;
     heads_sweep) step heads_sweep 420 python3 benchmark/gpu_kernel_sweep.py --heads-only \
@@ -138,9 +153,11 @@ for what in "$@"; do
             for occ in 2,2 default; do (if [ $occ != default ]; then export RADIXLM_KERNEL_DECODE_OCCUPANCY=$occ; fi
               step "occupancy_ab_${occ/,/_}" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --batch-size 8 16 --input-len 2048 --output-len 64); done ;;
+    layers_cuda) step layers_cuda 240 python3 -m pytest -q test/unit/layers/test_layers_cuda.py ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;
     *) echo "unknown step $what" ;;
   esac
 done
+if ls .kcache/kernels/*.so >/dev/null 2>&1; then mkdir -p "$OUT/kcache/kernels" && cp .kcache/kernels/*.so "$OUT/kcache/kernels/"; fi

@@ -61,7 +61,7 @@ class ColumnParallelLinear(LinearBase):
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """`(forward(norm(x + residual)), x + residual)`; with residual None (the first layer)
         `(forward(norm(x)), x)`. Small CUDA batches run it as one kernel, the norm the GEMV's prologue."""
-        kernel = gemv_kernel_for(x)
+        kernel = gemv_kernel_for(x, self.weight)
         if kernel is not None and (residual is None or residual.stride(-1) == 1):
             out, residual = kernel.rmsnorm_gemv(x, residual, norm.weight, norm.variance_epsilon, self.weight,
                                                 self.bias)
@@ -98,6 +98,18 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         for size in self.output_sizes:
             divide(size, tp_size, "merged output size")
         super().__init__(input_size, sum(output_sizes), bias, gather_output, tp_rank, tp_size)
+
+    def forward_normed_silu_mul(self, x: torch.Tensor, residual: Optional[torch.Tensor], norm: "RMSNorm"
+                                ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """`(silu(gate) * up, x + residual)` for `[gate | up] = forward(norm(x + residual))` in one kernel, where
+        the small-batch kernels fold SiLU-and-mul into this projection (the CUDA GEMVs); None elsewhere, and
+        the caller takes `forward_normed` and the down projection's `forward_silu_mul` instead."""
+        kernel = gemv_kernel_for(x, self.weight)
+        fused = getattr(kernel, "rmsnorm_gemv_silu_mul", None)  # the Triton GEMVs fold SiLU into down instead
+        if (fused is None or self.gather_output or len(self.output_sizes) != 2
+                or self.output_sizes[0] != self.output_sizes[1] or (residual is not None and residual.stride(-1) != 1)):
+            return None
+        return fused(x, residual, norm.weight, norm.variance_epsilon, self.weight, self.bias)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id: object = None) -> None:
         if shard_id is None:  # a checkpoint that already holds the fused tensor
@@ -161,7 +173,7 @@ class RowParallelLinear(LinearBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel and self.tp_size > 1:
             x = x.narrow(-1, self.tp_rank * self.input_size_per_partition, self.input_size_per_partition)
-        kernel = gemv_kernel_for(x)
+        kernel = gemv_kernel_for(x, self.weight)
         if kernel is not None:
             fold = self._bias_in_kernel()
             return self._reduce(kernel.linear_gemv(x, self.weight, self.bias if fold else None),
@@ -171,7 +183,7 @@ class RowParallelLinear(LinearBase):
     def forward_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """`forward(silu(gate) * up)` for `gate_up = [gate | up]` (this rank's halves, from a merged
         column-parallel projection). Small CUDA batches run it as one kernel, SiLU-and-mul the GEMV's prologue."""
-        kernel = gemv_kernel_for(gate_up)
+        kernel = gemv_kernel_for(gate_up, self.weight)
         if kernel is None or (not self.input_is_parallel and self.tp_size > 1):
             return self.forward(silu_and_mul(gate_up))
         fold = self._bias_in_kernel()

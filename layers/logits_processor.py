@@ -58,7 +58,7 @@ class LogitsProcessor(nn.Module):
     def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module, residual: Optional[torch.Tensor] = None,
                        norm: Optional["RMSNorm"] = None) -> torch.Tensor:
         """float32 `[tokens, vocab]` logits of `hidden`, or of `norm(hidden + residual)` with `norm`."""
-        kernel = gemv_kernel_for(hidden)
+        kernel = gemv_kernel_for(hidden, lm_head.weight)
         if kernel is not None and (residual is None or residual.stride(-1) == 1):
             if norm is None:
                 logits = kernel.linear_gemv(hidden, lm_head.weight, out_dtype=torch.float32)

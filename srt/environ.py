@@ -68,6 +68,20 @@ def fused_gemv_max_tokens(default: int) -> int:
                          f"got {value!r}") from None
 
 
+def cuda_gemv_max_tokens(default: int) -> int:
+    """RADIXLM_CUDA_GEMV_MAX_TOKENS=N: bf16 batches of at most N tokens (N <= 8) take the CUDA C++ GEMVs
+    (`radixlm_kernel.cuda_gemv`: add + RMSNorm and SiLU-and-mul folded into the projections, no split-K) on
+    CUDA; 0 turns them off (for A/B runs)."""
+    value = _get("CUDA_GEMV_MAX_TOKENS", str(default))
+    try:
+        tokens = int(value)
+    except ValueError:
+        tokens = -1
+    if not 0 <= tokens <= 8:
+        raise ValueError(f"RADIXLM_CUDA_GEMV_MAX_TOKENS must be an integer from 0 (off) to 8, got {value!r}")
+    return tokens
+
+
 def step_trace_path() -> str | None:
     """RADIXLM_STEP_TRACE=FILE: the overlap loop appends one JSON line per batch to FILE (host build,
     wait and processing times; on CUDA the device time and the idle gap before each batch)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from radixlm.distributed import all_reduce_min_int, init_distributed
+from radixlm.layers import kernel_dispatch
 from radixlm.layers.attention.base import create_attention_backend
 from radixlm.layers.logits_processor import LogitsProcessorOutput, next_token_logprobs
 from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
@@ -50,6 +51,8 @@ class ModelRunner:
         self.dtype = self.model_config.dtype
         self.kv_cache_dtype = _kv_cache_dtype(server_args.kv_cache_dtype, self.dtype)
         self.model = load_model(self.model_config, server_args.load_format, str(self.device), tp_rank, tp_size)
+        if self.device.type == "cuda":
+            kernel_dispatch.prepare_cuda_gemv(self.dtype)  # builds once per machine; never inside a capture
         self.num_kv_heads = max(1, self.model_config.num_key_value_heads // tp_size)
         self.init_memory_pool()
         self.attn_backend = create_attention_backend(server_args.attention_backend, self)

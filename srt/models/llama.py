@@ -36,7 +36,12 @@ class LlamaMLP(nn.Module):
         self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=bias, tp_rank=tp_rank, tp_size=tp_size)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(mlp(norm(x + residual)), x + residual)`: the norm runs inside gate_up, SiLU-and-mul inside down."""
+        """`(mlp(norm(x + residual)), x + residual)`: the norm runs inside gate_up, SiLU-and-mul inside gate_up
+        (the CUDA GEMVs) or inside down (the Triton GEMVs, and the unfused path's own kernel)."""
+        fused = self.gate_up_proj.forward_normed_silu_mul(x, residual, norm)
+        if fused is not None:
+            act, residual = fused
+            return self.down_proj(act), residual
         gate_up, residual = self.gate_up_proj.forward_normed(x, residual, norm)
         return self.down_proj.forward_silu_mul(gate_up), residual
 

@@ -57,3 +57,83 @@ def test_rejects_bad_input(ext: object) -> None:
     with pytest.raises(ValueError, match="warps must be"):
         cuda_gemv.gemv(x, w, warps=0)
     torch.testing.assert_close(cuda_gemv.gemv(x, w).float(), x.float() @ w.float().T, atol=2e-2, rtol=2e-2)
+
+
+def _normed(x: torch.Tensor, res, g: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unfused path's (h, x'): h = x + res rounded to bf16, x' with fused_add_rmsnorm's rounding points."""
+    h = (x.float() + res.float()).to(torch.bfloat16) if res is not None else x
+    rstd = torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + eps)
+    return h, ((h.float() * rstd).to(torch.bfloat16).float() * g.float()).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("k", [4096, 264])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_rmsnorm_variants_match_reference(ext: object, m: int, k: int, with_residual: bool,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """add + RMSNorm before the GEMV, and with SiLU-and-mul after it (gate rows, then up rows; odd row
+    counts for the tails), against float32 references of the unfused sequence, for every launch config."""
+    torch.manual_seed(m + k)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) if with_residual else None
+    g = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+    w = torch.randn(1002, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
+    bias = torch.randn(1002, device="cuda", dtype=torch.bfloat16)
+    h, xn = _normed(x, res, g, 1e-5)
+    ref = xn.float() @ w.float().T + bias.float()
+    gate, up = ref.to(torch.bfloat16).float().chunk(2, dim=-1)
+    act_ref = torch.nn.functional.silu(gate) * up
+    for config in cuda_gemv.CONFIGS:
+        for warps in (4, 8):
+            monkeypatch.setattr(cuda_gemv, "DEFAULT", (config, warps))
+            y, h_out = cuda_gemv.rmsnorm_gemv(x, res, g, 1e-5, w, bias)
+            torch.testing.assert_close(y.float(), ref, atol=2e-2, rtol=2e-2)
+            assert torch.equal(h_out, h) and (res is not None or h_out is x)
+            logits, none = cuda_gemv.rmsnorm_gemv(x, res, g, 1e-5, w, store_residual=False, out_dtype=torch.float32)
+            assert (none is None if res is not None else none is x) and logits.dtype == torch.float32
+            torch.testing.assert_close(logits, ref - bias.float(), atol=2e-2, rtol=2e-2)
+            act, h_act = cuda_gemv.rmsnorm_gemv_silu_mul(x, res, g, 1e-5, w, bias)
+            assert act.shape == (m, 501) and torch.equal(h_act, h)
+            torch.testing.assert_close(act.float(), act_ref, atol=3e-2, rtol=2e-2)
+
+
+def test_silu_mul_and_plain_entry_points(ext: object) -> None:
+    """`silu_mul_gemv` (SiLU kernel + GEMV) and `linear_gemv` with a bias and float32 output."""
+    torch.manual_seed(3)
+    gate_up = torch.randn(5, 2 * 1032, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(77, 1032, device="cuda", dtype=torch.bfloat16) * 0.03
+    bias = torch.randn(77, device="cuda", dtype=torch.bfloat16)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    act = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16).float()
+    want = act @ w.float().T + bias.float()
+    torch.testing.assert_close(cuda_gemv.silu_mul_gemv(gate_up, w, bias).float(), want, atol=3e-2, rtol=2e-2)
+    got = cuda_gemv.linear_gemv(gate_up[:, :1032], w, bias, out_dtype=torch.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, gate_up[:, :1032].float() @ w.float().T + bias.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_norm_inputs_rejected_by_name(ext: object) -> None:
+    x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    g = torch.ones(256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="residual must match x"):
+        cuda_gemv.rmsnorm_gemv(x, torch.randn(3, 256, device="cuda", dtype=torch.bfloat16), g, 1e-5, w)
+    with pytest.raises(ValueError, match=r"norm_weight must be \[256\]"):
+        cuda_gemv.rmsnorm_gemv(x, None, g[:128], 1e-5, w)
+    with pytest.raises(ValueError, match="gate rows, then up rows"):
+        cuda_gemv.rmsnorm_gemv_silu_mul(x, None, g, 1e-5, w[:63])
+    with pytest.raises(ValueError, match="out_dtype must be bfloat16 or float32"):
+        cuda_gemv.linear_gemv(x, w, out_dtype=torch.float16)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the no-CUDA path")
+def test_layers_keep_cublas_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for, the CUDA GEMVs stay off where they cannot load: `prepare_cuda_gemv` says so, and the
+    layers' dispatch never hands a CPU tensor to them."""
+    from radixlm.layers import kernel_dispatch
+
+    monkeypatch.setattr(kernel_dispatch, "CUDA_GEMV_MAX_TOKENS", 8)
+    assert kernel_dispatch.prepare_cuda_gemv(torch.bfloat16) is False
+    x, w = torch.zeros(1, 64, dtype=torch.bfloat16), torch.zeros(32, 64, dtype=torch.bfloat16)
+    assert kernel_dispatch.gemv_kernel_for(x, w) is None
+    assert not cuda_gemv.supports(x, w)

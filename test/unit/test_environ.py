@@ -24,6 +24,17 @@ def test_fused_gemv_max_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
         environ.fused_gemv_max_tokens(0)
 
 
+def test_cuda_gemv_max_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_CUDA_GEMV_MAX_TOKENS", raising=False)
+    assert environ.cuda_gemv_max_tokens(0) == 0
+    monkeypatch.setenv("RADIXLM_CUDA_GEMV_MAX_TOKENS", "1")
+    assert environ.cuda_gemv_max_tokens(0) == 1
+    for bad in ("one", "9", "-1"):
+        monkeypatch.setenv("RADIXLM_CUDA_GEMV_MAX_TOKENS", bad)
+        with pytest.raises(ValueError, match=f"RADIXLM_CUDA_GEMV_MAX_TOKENS must be an integer from 0 .* got '{bad}'"):
+            environ.cuda_gemv_max_tokens(0)
+
+
 def test_step_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RADIXLM_STEP_TRACE", raising=False)
     assert environ.step_trace_path() is None

@@ -1,6 +1,7 @@
 """On CUDA: the fused small-batch GEMV path of the layers (norm / SiLU-and-mul folded into the projection,
 final norm into the LM head) against the unfused path, in eager mode, in a CUDA graph, and through tiny
-Llama / Qwen2 / Qwen3 models. Skipped without a GPU."""
+Llama / Qwen2 / Qwen3 models; each test for both implementations, the Triton one (`radixlm_kernel.gemv`)
+and the CUDA C++ one (`radixlm_kernel.cuda_gemv`, bf16 only). Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
 from radixlm.layers import kernel_dispatch
+from radixlm.layers.activation import silu_and_mul
 from radixlm.layers.layernorm import RMSNorm
 from radixlm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from radixlm.layers.logits_processor import LogitsProcessor
 from radixlm.layers.vocab_parallel_embedding import ParallelLMHead
+from radixlm_kernel import cuda_gemv
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DTYPES = [torch.float32, torch.bfloat16]
@@ -20,16 +23,33 @@ TOL = {torch.float32: {"atol": 1e-4, "rtol": 1e-4}, torch.bfloat16: {"atol": 3e-
 HIDDEN, INTER, VOCAB = 512, 1000, 1200
 
 
-@pytest.fixture(autouse=True)
-def fused_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fused path is off by default (it measured slower than cuBLAS on the H200): these tests turn it on."""
-    monkeypatch.setattr(kernel_dispatch, "FUSED_GEMV_MAX_TOKENS", 16)
+@pytest.fixture(autouse=True, params=["triton", "cuda"])
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Turns one implementation on for the test (the Triton one is off by default: it measured slower than
+    cuBLAS on the H200); the CUDA one is skipped where its extension cannot be built."""
+    if request.param == "cuda":
+        monkeypatch.setattr(kernel_dispatch, "FUSED_GEMV_MAX_TOKENS", 0)
+        monkeypatch.setattr(kernel_dispatch, "CUDA_GEMV_MAX_TOKENS", 8)
+        if not kernel_dispatch.prepare_cuda_gemv(torch.bfloat16):
+            pytest.skip(f"CUDA GEMV extension unavailable: {cuda_gemv.load_error}")
+    else:
+        monkeypatch.setattr(kernel_dispatch, "FUSED_GEMV_MAX_TOKENS", 16)
+        monkeypatch.setattr(kernel_dispatch, "CUDA_GEMV_MAX_TOKENS", 0)
+    return request.param
+
+
+def skip_unsupported(impl: str, dtype: torch.dtype) -> None:
+    if impl == "cuda" and dtype != torch.bfloat16:
+        pytest.skip("the CUDA GEMVs take bfloat16 only")
 
 
 @pytest.fixture
 def fused_off(monkeypatch: pytest.MonkeyPatch):
     """Call `fused_off()` inside a test to make every layer take the unfused path from then on."""
-    return lambda: monkeypatch.setattr(kernel_dispatch, "FUSED_GEMV_MAX_TOKENS", 0)
+    def off() -> None:
+        monkeypatch.setattr(kernel_dispatch, "FUSED_GEMV_MAX_TOKENS", 0)
+        monkeypatch.setattr(kernel_dispatch, "CUDA_GEMV_MAX_TOKENS", 0)
+    return off
 
 
 class Block(torch.nn.Module):
@@ -54,28 +74,34 @@ class Block(torch.nn.Module):
         first, first_res = self.qkv.forward_normed(x.clone(), None, self.norm1)  # layer 0: no residual yet
         qkv, residual = self.qkv.forward_normed(x.clone(), residual.clone(), self.norm1)
         h = self.o_proj(qkv[:, :512].contiguous())
+        # norm + gate_up + SiLU-and-mul as one kernel where the implementation has it (CUDA), else in steps
+        pair = self.gate_up.forward_normed_silu_mul(h.clone(), residual.clone(), self.norm2)
         gate_up, residual = self.gate_up.forward_normed(h.clone(), residual, self.norm2)  # unfused: in place
+        act, act_residual = pair if pair is not None else (silu_and_mul(gate_up), residual)
         out = self.down.forward_silu_mul(gate_up)
         logits = self.logits.compute_logits(out.clone(), self.lm_head, residual.clone(), self.final)
-        return [first, first_res, qkv, h, gate_up, residual, out, logits]
+        return [first, first_res, qkv, h, gate_up, residual, act, act_residual, out, logits]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", [1, 8])
-def test_fused_layers_match_unfused(dtype: torch.dtype, m: int, fused_off) -> None:
+def test_fused_layers_match_unfused(dtype: torch.dtype, m: int, fused_off, impl: str) -> None:
+    skip_unsupported(impl, dtype)
     block = Block(dtype)
     x, res = torch.randn(m, HIDDEN, device="cuda", dtype=dtype), torch.randn(m, HIDDEN, device="cuda", dtype=dtype)
-    assert kernel_dispatch.gemv_kernel_for(x) is not None
+    module = kernel_dispatch.gemv_kernel_for(x, block.qkv.weight)
+    assert module is (cuda_gemv if impl == "cuda" else kernel_dispatch.kernel_for(x))
     fused = block(x, res)
     assert fused[-1].dtype == torch.float32 and fused[-1].shape == (m, VOCAB)
     fused_off()
-    assert kernel_dispatch.gemv_kernel_for(x) is None
+    assert kernel_dispatch.gemv_kernel_for(x, block.qkv.weight) is None
     for got, want in zip(fused, block(x, res)):
         torch.testing.assert_close(got, want, **TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_fused_layers_in_cuda_graph(dtype: torch.dtype) -> None:
+def test_fused_layers_in_cuda_graph(dtype: torch.dtype, impl: str) -> None:
+    skip_unsupported(impl, dtype)
     block = Block(dtype)
     x, res = torch.randn(4, HIDDEN, device="cuda", dtype=dtype), torch.randn(4, HIDDEN, device="cuda", dtype=dtype)
     block(x, res)  # compile outside the capture
@@ -125,18 +151,22 @@ def _step_logits(folder: str, dtype: str, prompts: list[list[int]]) -> tuple[lis
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kind", list(CONFIGS))
-def test_tiny_model_fused_on_off(kind: str, dtype: str, tmp_path, fused_off,
+def test_tiny_model_fused_on_off(kind: str, dtype: str, tmp_path, fused_off, impl: str,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    skip_unsupported(impl, getattr(torch, dtype))
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(CONFIGS[kind](), dtype=torch.float32).save_pretrained(str(tmp_path))
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 512, (n,), generator=g).tolist() for n in (3, 40, 129)]
-    kernel, calls = kernel_dispatch.kernel_for(torch.zeros(1, device="cuda")), []
-    for name in ("rmsnorm_gemv", "silu_mul_gemv", "linear_gemv"):  # so the "on" run provably takes them
+    kernel = cuda_gemv if impl == "cuda" else kernel_dispatch.kernel_for(torch.zeros(1, device="cuda"))
+    calls: list[str] = []
+    # the decode MLP folds SiLU into gate_up with the CUDA GEMVs and into down with the Triton ones
+    names = {"rmsnorm_gemv", "linear_gemv", "rmsnorm_gemv_silu_mul" if impl == "cuda" else "silu_mul_gemv"}
+    for name in names:  # so the "on" run provably takes them
         fn = getattr(kernel, name)
         monkeypatch.setattr(kernel, name, lambda *a, _fn=fn, _name=name, **kw: calls.append(_name) or _fn(*a, **kw))
     tokens_on, logits_on = _step_logits(str(tmp_path), dtype, prompts)
-    assert set(calls) == {"rmsnorm_gemv", "silu_mul_gemv", "linear_gemv"}
+    assert set(calls) == names
     fused_off()
     tokens_off, logits_off = _step_logits(str(tmp_path), dtype, prompts)
     tol = {"atol": 1e-3, "rtol": 1e-3} if dtype == "float32" else {"atol": 5e-2, "rtol": 5e-2}

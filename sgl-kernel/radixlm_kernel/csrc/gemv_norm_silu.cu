@@ -1,0 +1,8 @@
+// The NORM_SILU instantiations of gemv_kernel.cuh (one file per variant so that they compile in parallel).
+#include "gemv_kernel.cuh"
+
+namespace radixlm_gemv {
+cudaError_t launch_norm_silu(const GemvArgs& a, int config, int warps, cudaStream_t stream) {
+  return launch<NORM_SILU>(a, config, warps, stream);
+}
+}  // namespace radixlm_gemv
