@@ -124,6 +124,36 @@ def profile_decode(runner: ModelRunner, bs: int, ctx: int, steps: int = 30) -> d
     return out
 
 
+def profile_overlapped(runner: ModelRunner, bs: int, ctx: int, steps: int = 40) -> dict:
+    """The overlapped decode loop (bench_one_batch's second column: each step built from the last one's device
+    tensors while the device runs it): wall ms per step, GPU kernel time per step (kernels inside graph
+    replays included) and the rest, the device's idle time; plus the kernels launched at most twice a step."""
+    builder = ForwardBatchBuilder.for_runner(runner)
+    rows, seq_lens = fake_context(runner, bs, ctx)
+    ids = torch.randint(0, runner.model_config.vocab_size, (bs,), device=runner.device)
+    fb = builder.decode(rows, seq_lens, ids)
+    out = runner.forward(fb)
+
+    def run(n: int) -> None:
+        nonlocal fb, out
+        for _ in range(n):
+            fb = builder.decode_next(fb, out.next_token_ids)
+            out = runner.forward(fb)
+
+    run(5)
+    t0 = sync_time()
+    run(steps)
+    wall_ms = 1e3 * (sync_time() - t0) / steps
+    with torch.profiler.profile(activities=ACTIVITIES) as prof:
+        run(steps)
+        sync_time()
+    table = kernel_table(prof, steps)
+    busy_ms = sum(r[2] for r in table) / 1e3
+    release(runner, rows, fb.seq_lens_cpu)
+    return {"bs": bs, "ctx": ctx, "wall_ms": wall_ms, "busy_ms": busy_ms,
+            "few": [r for r in table if r[1] <= 2][:12]}
+
+
 def profile_prefill(runner: ModelRunner, num_reqs: int, prefix: int, new: int) -> dict:
     builder = ForwardBatchBuilder.for_runner(runner)
     rows, _ = fake_context(runner, num_reqs, prefix) if prefix else (runner.req_to_token_pool.alloc(num_reqs), None)
@@ -188,16 +218,19 @@ def main() -> None:
                         help="comma-separated BSxCTX decode cases")
     parser.add_argument("--prefill", default="1x0x8192,4x0x2048,1x4096x4096,16x2048x128",
                         help="comma-separated REQSxPREFIXxNEW prefill cases")
+    parser.add_argument("--overlap", default="", help="comma-separated BSxCTX cases of the overlapped decode loop")
     parser.add_argument("--cuda-graph-max-bs", type=int, default=256)
     parser.add_argument("--kv-cache-dtype", default="auto", help="auto (the model dtype) or fp8_e4m3 / fp8_e5m2")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself")
     args = parser.parse_args()
     decode = [tuple(int(x) for x in c.split("x")) for c in args.decode.split(",") if c]
+    overlap = [tuple(int(x) for x in c.split("x")) for c in args.overlap.split(",") if c]
     prefill = [tuple(int(x) for x in c.split("x")) for c in args.prefill.split(",") if c]
-    need = max([b * (c + 64) for b, c in decode] + [r * (p + n) for r, p, n in prefill]) + 1024
+    need = max([b * (c + 64) for b, c in decode] + [b * (c + 128) for b, c in overlap]
+               + [r * (p + n) for r, p, n in prefill]) + 1024
     server_args = ServerArgs(model_path=args.model_path, load_format=args.load_format,
                              dtype="bfloat16" if args.device == "cuda" else "float32", device=args.device, attention_backend=args.attention_backend, max_total_tokens=need,
-                             max_running_requests=max([b for b, _ in decode] + [r for r, _, _ in prefill]),
+                             max_running_requests=max([b for b, _ in decode + overlap] + [r for r, _, _ in prefill]),
                              cuda_graph_max_bs=args.cuda_graph_max_bs, kv_cache_dtype=args.kv_cache_dtype).resolved()
     runner = ModelRunner(server_args)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
@@ -218,6 +251,15 @@ def main() -> None:
     for r in details:
         print(f"\ndecode bs {r['bs']} ctx {r['ctx']}: top kernels (launches/step, us/step)")
         for name, n, us in r["top"]:
+            print(f"  {us:9.1f} us  x{n:<4d} {name}")
+    if overlap:
+        print("\n| bs | ctx | overlapped step ms (wall) | GPU kernels ms | GPU idle ms |")
+        print("|---|---|---|---|---|")
+    for bs, ctx in overlap:
+        r = profile_overlapped(runner, bs, ctx)
+        print(f"| {bs} | {ctx} | {r['wall_ms']:.3f} | {r['busy_ms']:.3f} | {r['wall_ms'] - r['busy_ms']:.3f} |")
+        print(f"overlapped bs {bs} ctx {ctx}: kernels launched at most twice a step (launches/step, us/step)")
+        for name, n, us in r["few"]:
             print(f"  {us:9.1f} us  x{n:<4d} {name}")
     print("\n| reqs | prefix | new | ms | new tok/s | kernel sum ms |")
     print("|---|---|---|---|---|---|")

@@ -78,6 +78,9 @@ for what in "$@"; do
               step "profile_bs1_gemv$tokens" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256 --prefill 1x0x256
               grep -E '^ +[0-9.]+ us' "$OUT/profile_bs1_gemv$tokens.log" | head -24); done ;;
+    profile_overlap) step profile_overlap 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256 --prefill 1x0x256 --overlap 1x256,8x2048
+               grep -A14 'overlapped step ms' "$OUT/profile_overlap.log" ;;
     profile_fp8) step profile_fp8 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --kv-cache-dtype fp8_e4m3 --cuda-graph-max-bs 256 --decode 1x256,8x2560,256x2800 --prefill 1x0x2048 ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
