@@ -119,9 +119,14 @@ def launch_config(n: int, k: int, m: int) -> tuple[int, int]:
     return LAUNCH.get((n, k, bucket), DEFAULT)
 
 
-def _check_tensor(name: str, t: torch.Tensor, dim: int) -> None:
+def _check_tensor(name: str, t: torch.Tensor, dim: int, vector_loads: bool = True) -> None:
+    """`vector_loads`: the kernel reads it 16 bytes at a time (the bias is read one element at a time)."""
     if not t.is_cuda or t.dtype != torch.bfloat16 or t.dim() != dim:
         raise ValueError(f"{name} must be a {dim}-D bfloat16 CUDA tensor, got {t.dtype} {tuple(t.shape)} on {t.device}")
+    if not vector_loads:
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a unit last stride")
+        return
     if t.stride(-1) != 1 or t.data_ptr() % 16 or (dim == 2 and t.stride(0) % 8):
         raise ValueError(f"{name} must have a unit last stride, rows a multiple of 8 elements apart and a 16-byte "
                          f"aligned start")
@@ -155,7 +160,7 @@ def _run(prologue: int, x: torch.Tensor, w: torch.Tensor, k: int, bias: Optional
     warps = default_warps if warps is None else warps
     check_inputs(x, w, k, config, warps)
     if bias is not None:
-        _check_tensor("bias", bias, 1)
+        _check_tensor("bias", bias, 1, vector_loads=False)
         if bias.shape != (w.shape[0],):
             raise ValueError(f"bias must be [{w.shape[0]}], got {tuple(bias.shape)}")
     out_dtype = out_dtype or torch.bfloat16
