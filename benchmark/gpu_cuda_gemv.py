@@ -42,7 +42,7 @@ class Case:
     """Inputs of one projection at M rows, its float32 reference, and the three ways to compute it."""
 
     def __init__(self, name: str, m: int) -> None:
-        self.n, self.k, self.prologue, self.out_dtype = SHAPES[name]
+        self.n, self.k, self.variant, self.out_dtype = SHAPES[name]
         n, k = self.n, self.k
         self.copies = max(2, -(-256 * 2 ** 20 // (n * k * 2)))
         self.ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5 for _ in range(self.copies)]
@@ -53,22 +53,22 @@ class Case:
         self.ref = self._reference()
 
     def _x_prime(self) -> torch.Tensor:
-        if self.prologue == "plain":
+        if self.variant == "plain":
             return self.x.float()
         h = (self.x.float() + self.res.float()).to(torch.bfloat16).float()
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * self.g.float()
 
     def _reference(self) -> torch.Tensor:
         y = self._x_prime() @ self.ws[0].float().T
-        if self.prologue != "norm_silu":
+        if self.variant != "norm_silu":
             return y
         gate, up = y.to(torch.bfloat16).float().chunk(2, dim=-1)
         return F.silu(gate) * up
 
     def fused(self, w: torch.Tensor, config: int, warps: int) -> torch.Tensor:
-        if self.prologue == "plain":
+        if self.variant == "plain":
             return cuda_gemv._run(cuda_gemv.PLAIN, self.x, w, self.k, None, self.out_dtype, config=config, warps=warps)
-        variant, cols = ((cuda_gemv.NORM_SILU_MUL, self.n // 2) if self.prologue == "norm_silu"
+        variant, cols = ((cuda_gemv.NORM_SILU_MUL, self.n // 2) if self.variant == "norm_silu"
                          else (cuda_gemv.NORM, self.n))
         return cuda_gemv._run(variant, self.x, w, self.k, None, self.out_dtype, self.res, torch.empty_like(self.res),
                               self.g, EPS, config, warps, out_cols=cols)
@@ -77,14 +77,14 @@ class Case:
         """The runtime's unfused sequence; the norm runs in place on scratch copies (timing), or on fresh
         clones of the inputs (`scratch=False`, for the error)."""
         x = self.x
-        if self.prologue != "plain":
+        if self.variant != "plain":
             if scratch:
                 x, res = self.x_scratch, self.res_scratch
             else:
                 x, res = x.clone(), self.res.clone()
             rk.fused_add_rmsnorm(x, res, self.g, EPS)
         y = F.linear(x, w)
-        if self.prologue == "norm_silu":
+        if self.variant == "norm_silu":
             y = rk.silu_and_mul(y)
         return y.float() if self.out_dtype == torch.float32 else y
 
@@ -119,24 +119,24 @@ def main() -> None:
           flush=True)
     if ext is None:
         raise SystemExit(1)
-    print("| projection (prologue) | M | cuBLAS alone | unfused (kernel + cuBLAS) | best fused (config, TB/s) | "
+    print("| projection (variant) | M | cuBLAS alone | unfused (kernel + cuBLAS) | best fused (config, TB/s) | "
           "unfused / fused |")
     print("|---|---|---|---|---|---|")
     totals: dict[int, dict[str, float]] = {}
     launch: dict[tuple[int, int, int], tuple[int, int]] = {}
     for m in [int(v) for v in args.m.split(",")]:
         tot = totals.setdefault(m, {"unfused": 0.0, "fused": 0.0})
-        for name, (n, k, prologue, _) in SHAPES.items():  # prologue: the variant
+        for name, (n, k, variant, _) in SHAPES.items():
             res = run_shape(name, m)
             fused = {key: v for key, v in res.items() if key.startswith("cfg")}
             if not fused:
-                print(f"| {name} ({prologue}) | {m} | {res['cublas']:.1f} | {res['unfused']:.1f} | FAILED | - |")
+                print(f"| {name} ({variant}) | {m} | {res['cublas']:.1f} | {res['unfused']:.1f} | FAILED | - |")
                 continue
             best = min(fused, key=fused.get)
             cfg, warps = (int(v) for v in best[3:].split("w"))
             launch[(n, k, 1 if m <= 1 else 2 if m == 2 else 4 if m <= 4 else 8)] = (cfg, warps)
             tbs = n * k * 2 / (res[best] * 1e-6) / 1e12
-            print(f"| {name} ({prologue}) | {m} | {res['cublas']:.1f} | {res['unfused']:.1f} | {res[best]:.1f} "
+            print(f"| {name} ({variant}) | {m} | {res['cublas']:.1f} | {res['unfused']:.1f} | {res[best]:.1f} "
                   f"({best}, {tbs:.2f}) | {res['unfused'] / res[best]:.2f}x |", flush=True)
             tot["unfused"] += PER_STEP[name] * res["unfused"]
             tot["fused"] += PER_STEP[name] * res[best]

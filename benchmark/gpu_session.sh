@@ -73,7 +73,7 @@ for what in "$@"; do
                  --dtype bfloat16 --batch-size 1 8 64 --input-len 256 --output-len 256 ;;
     profile) step profile 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --decode 1x256,1x512,8x512,64x2048,192x2560 --prefill 1x0x1024,1x0x2048,1x0x4096,4x0x2048 ;;
-    profile_bs1_ab)  # where the bs-1 step goes with the CUDA GEMVs off and on (the default)
+    profile_bs1_ab)  # where the bs-1 step goes with the CUDA GEMVs off (the default) and on
             for tokens in 0 1; do (export RADIXLM_CUDA_GEMV_MAX_TOKENS=$tokens
               step "profile_bs1_gemv$tokens" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256 --prefill 1x0x256

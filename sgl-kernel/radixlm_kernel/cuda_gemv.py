@@ -173,8 +173,9 @@ def _run(prologue: int, x: torch.Tensor, w: torch.Tensor, k: int, bias: Optional
     return y
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, config: int = 2, warps: int = 4) -> torch.Tensor:
-    """`x @ w.T` for bf16 `x [M <= 8, K]`, `w [N, K]`, with an explicit launch config (benchmarks, tests)."""
+def gemv(x: torch.Tensor, w: torch.Tensor, config: Optional[int] = None, warps: Optional[int] = None) -> torch.Tensor:
+    """`x @ w.T` for bf16 `x [M <= 8, K]`, `w [N, K]`, optionally with an explicit launch config (benchmarks,
+    tests); by default the `LAUNCH` table's."""
     return _run(PLAIN, x, w, x.shape[1] if x.dim() == 2 else -1, None, None, config=config, warps=warps)
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from radixlm_kernel import cuda_gemv
+from radixlm_kernel.reference import rmsnorm_ref
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -60,10 +61,9 @@ def test_rejects_bad_input(ext: object) -> None:
 
 
 def _normed(x: torch.Tensor, res, g: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The unfused path's (h, x'): h = x + res rounded to bf16, x' with fused_add_rmsnorm's rounding points."""
+    """The unfused path's (h, x'): h = x + res rounded to bf16, x' its norm with the kernels' rounding points."""
     h = (x.float() + res.float()).to(torch.bfloat16) if res is not None else x
-    rstd = torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + eps)
-    return h, ((h.float() * rstd).to(torch.bfloat16).float() * g.float()).to(torch.bfloat16)
+    return h, rmsnorm_ref(h, g, eps)
 
 
 @pytest.mark.parametrize("m", [1, 3, 8])
