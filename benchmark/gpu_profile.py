@@ -66,6 +66,23 @@ def kernel_table(prof: torch.profiler.profile, steps: int) -> list[tuple[str, in
     return sorted(rows, key=lambda r: -r[2])
 
 
+def idle_gaps(prof: torch.profiler.profile, steps: int, top: int = 8) -> list[tuple[str, str, float, float]]:
+    """Where the device idles: (kernel before, kernel after, gaps per step, us per step) over the gaps of more
+    than 1 us between consecutive device activities (kernels, copies, memsets), largest total first."""
+    spans = sorted((e.time_range.start, e.time_range.end, e.name[:44]) for e in prof.events()
+                   if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA)
+    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    busy_until, last_name = None, ""
+    for start, end, name in spans:
+        if busy_until is not None and start - busy_until > 1.0:
+            totals[(last_name, name)][0] += 1
+            totals[(last_name, name)][1] += start - busy_until
+        if busy_until is None or end >= busy_until:
+            busy_until, last_name = end, name
+    rows = [(a, b, v[0] / steps, v[1] / steps) for (a, b), v in totals.items()]
+    return sorted(rows, key=lambda r: -r[3])[:top]
+
+
 def profile_decode(runner: ModelRunner, bs: int, ctx: int, steps: int = 30) -> dict:
     builder = ForwardBatchBuilder.for_runner(runner)
     rows, seq_lens = fake_context(runner, bs, ctx)
@@ -151,7 +168,7 @@ def profile_overlapped(runner: ModelRunner, bs: int, ctx: int, steps: int = 40) 
     busy_ms = sum(r[2] for r in table) / 1e3
     release(runner, rows, fb.seq_lens_cpu)
     return {"bs": bs, "ctx": ctx, "wall_ms": wall_ms, "busy_ms": busy_ms,
-            "few": [r for r in table if r[1] <= 2][:12]}
+            "few": [r for r in table if r[1] <= 2][:12], "gaps": idle_gaps(prof, steps)}
 
 
 def profile_prefill(runner: ModelRunner, num_reqs: int, prefix: int, new: int) -> dict:
@@ -261,6 +278,9 @@ def main() -> None:
         print(f"overlapped bs {bs} ctx {ctx}: kernels launched at most twice a step (launches/step, us/step)")
         for name, n, us in r["few"]:
             print(f"  {us:9.1f} us  x{n:<4d} {name}")
+        print(f"overlapped bs {bs} ctx {ctx}: device idle > 1 us (us/step, gaps/step, kernel before -> kernel after)")
+        for before, after, n, us in r["gaps"]:
+            print(f"  {us:9.1f} us  x{n:<5.1f} {before} -> {after}")
     print("\n| reqs | prefix | new | ms | new tok/s | kernel sum ms |")
     print("|---|---|---|---|---|---|")
     pre = []

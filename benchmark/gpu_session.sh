@@ -83,6 +83,15 @@ for what in "$@"; do
                grep -A14 'overlapped step ms' "$OUT/profile_overlap.log" ;;
     profile_fp8) step profile_fp8 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --kv-cache-dtype fp8_e4m3 --cuda-graph-max-bs 256 --decode 1x256,8x2560,256x2800 --prefill 1x0x2048 ;;
+    argmax_tests) step argmax_tests 200 python3 -m pytest -q test/kernel/test_argmax.py test/kernel/test_sampling.py \
+                 test/unit/sampling test/unit/layers/test_layers_cuda.py ;;
+    one_batch_small) step one_batch_small 240 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size 1 8 --input-len 256 --output-len 256 ;;
+    gemv_ops_ab)  # the bs-1 graph with the CUDA GEMVs on for some projections only (RADIXLM_CUDA_GEMV_OPS)
+            for ops in none qkv,o_proj qkv,o_proj,lm_head; do (export RADIXLM_CUDA_GEMV_MAX_TOKENS=1
+              [ $ops = none ] && export RADIXLM_CUDA_GEMV_MAX_TOKENS=0 || export RADIXLM_CUDA_GEMV_OPS=$ops
+              step "gemv_ops_${ops//,/_}" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256,1x256 --prefill 1x0x256 --overlap 1x256); done ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
                  test/kernel/test_activation.py test/kernel/test_rotary.py test/kernel/test_attention.py \
                  test/unit/layers/test_layers_cuda.py ;;

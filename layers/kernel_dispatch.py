@@ -33,6 +33,8 @@ FUSED_GEMV_MAX_TOKENS = min(16, environ.fused_gemv_max_tokens(0))
 # and the separate norm / SiLU kernels (gate_up + norm + SiLU in one kernel: 63.1 us against 59.2 us), and
 # at M >= 2 they lose outright.
 CUDA_GEMV_MAX_TOKENS = environ.cuda_gemv_max_tokens(0)
+# Which projections (the layers' `gemv_op`) take them; RADIXLM_CUDA_GEMV_OPS overrides it.
+CUDA_GEMV_OPS = environ.cuda_gemv_ops(",".join(environ.CUDA_GEMV_OP_NAMES))
 _cuda_gemv_ready = False
 
 
@@ -47,8 +49,8 @@ def prepare_cuda_gemv(dtype: torch.dtype) -> bool:
     if ext is None:
         logger.warning("CUDA GEMV extension unavailable, small batches use cuBLAS: %s", _cuda_gemv.load_error)
         return False
-    logger.info("CUDA GEMVs for batches of <= %d tokens (extension ready in %.1f s)", CUDA_GEMV_MAX_TOKENS,
-                time.perf_counter() - t0)
+    logger.info("CUDA GEMVs for %s in batches of <= %d tokens (extension ready in %.1f s)",
+                ",".join(sorted(CUDA_GEMV_OPS)), CUDA_GEMV_MAX_TOKENS, time.perf_counter() - t0)
     _cuda_gemv_ready = True
     return True
 
@@ -58,14 +60,15 @@ def kernel_for(x: torch.Tensor) -> Optional[ModuleType]:
     return _kernel if (_kernel is not None and x.is_cuda) else None
 
 
-def gemv_kernel_for(x: torch.Tensor, weight: torch.Tensor) -> Optional[ModuleType]:
+def gemv_kernel_for(x: torch.Tensor, weight: torch.Tensor, op: str = "") -> Optional[ModuleType]:
     """The module whose `linear_gemv` / `rmsnorm_gemv` / `silu_mul_gemv` take `x` (`[tokens, features]` on
     CUDA) against `weight`: the CUDA C++ GEMVs (bf16, at most `CUDA_GEMV_MAX_TOKENS` tokens, once
-    `prepare_cuda_gemv` has loaded them), else the Triton ones (at most `FUSED_GEMV_MAX_TOKENS` tokens),
-    else None (the caller uses cuBLAS)."""
+    `prepare_cuda_gemv` has loaded them, for a projection `op` in `CUDA_GEMV_OPS` or unnamed), else the
+    Triton ones (at most `FUSED_GEMV_MAX_TOKENS` tokens), else None (the caller uses cuBLAS)."""
     kernel = kernel_for(x)
     if kernel is None or x.dim() != 2 or x.stride(-1) != 1 or x.shape[0] == 0:
         return None
-    if _cuda_gemv_ready and x.shape[0] <= CUDA_GEMV_MAX_TOKENS and _cuda_gemv.supports(x, weight):
+    if (_cuda_gemv_ready and x.shape[0] <= CUDA_GEMV_MAX_TOKENS and (not op or op in CUDA_GEMV_OPS)
+            and _cuda_gemv.supports(x, weight)):
         return _cuda_gemv
     return kernel if x.shape[0] <= FUSED_GEMV_MAX_TOKENS else None

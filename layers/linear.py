@@ -31,9 +31,11 @@ def divide(numerator: int, denominator: int, what: str) -> int:
 
 
 class LinearBase(nn.Module):
-    def __init__(self, in_features: int, out_features: int, bias: bool, tp_rank: int, tp_size: int) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, tp_rank: int, tp_size: int,
+                 gemv_op: str = "") -> None:
         super().__init__()
         self.tp_rank, self.tp_size = tp_rank, tp_size
+        self.gemv_op = gemv_op  # the projection's name for kernel_dispatch.CUDA_GEMV_OPS ("": no restriction)
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.weight.weight_loader = self.weight_loader
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
@@ -48,10 +50,10 @@ class ColumnParallelLinear(LinearBase):
     """y = x W^T (+ b) with W split by output rows; `gather_output` concatenates the rank outputs."""
 
     def __init__(self, input_size: int, output_size: int, bias: bool = False, gather_output: bool = False,
-                 tp_rank: int = 0, tp_size: int = 1) -> None:
+                 tp_rank: int = 0, tp_size: int = 1, gemv_op: str = "") -> None:
         self.output_size = output_size
         self.output_size_per_partition = divide(output_size, tp_size, "output size")
-        super().__init__(input_size, self.output_size_per_partition, bias, tp_rank, tp_size)
+        super().__init__(input_size, self.output_size_per_partition, bias, tp_rank, tp_size, gemv_op)
         self.gather_output = gather_output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -61,7 +63,7 @@ class ColumnParallelLinear(LinearBase):
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """`(forward(norm(x + residual)), x + residual)`; with residual None (the first layer)
         `(forward(norm(x)), x)`. Small CUDA batches run it as one kernel, the norm the GEMV's prologue."""
-        kernel = gemv_kernel_for(x, self.weight)
+        kernel = gemv_kernel_for(x, self.weight, self.gemv_op)
         if kernel is not None and (residual is None or residual.stride(-1) == 1):
             out, residual = kernel.rmsnorm_gemv(x, residual, norm.weight, norm.variance_epsilon, self.weight,
                                                 self.bias)
@@ -93,18 +95,18 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel outputs fused into one matmul (e.g. gate_proj + up_proj), loaded by index."""
 
     def __init__(self, input_size: int, output_sizes: list[int], bias: bool = False, gather_output: bool = False,
-                 tp_rank: int = 0, tp_size: int = 1) -> None:
+                 tp_rank: int = 0, tp_size: int = 1, gemv_op: str = "") -> None:
         self.output_sizes = list(output_sizes)
         for size in self.output_sizes:
             divide(size, tp_size, "merged output size")
-        super().__init__(input_size, sum(output_sizes), bias, gather_output, tp_rank, tp_size)
+        super().__init__(input_size, sum(output_sizes), bias, gather_output, tp_rank, tp_size, gemv_op)
 
     def forward_normed_silu_mul(self, x: torch.Tensor, residual: Optional[torch.Tensor], norm: "RMSNorm"
                                 ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """`(silu(gate) * up, x + residual)` for `[gate | up] = forward(norm(x + residual))` in one kernel, where
         the small-batch kernels fold SiLU-and-mul into this projection (the CUDA GEMVs); None elsewhere, and
         the caller takes `forward_normed` and the down projection's `forward_silu_mul` instead."""
-        kernel = gemv_kernel_for(x, self.weight)
+        kernel = gemv_kernel_for(x, self.weight, self.gemv_op)
         fused = getattr(kernel, "rmsnorm_gemv_silu_mul", None)  # the Triton GEMVs fold SiLU into down instead
         if (fused is None or self.gather_output or len(self.output_sizes) != 2
                 or self.output_sizes[0] != self.output_sizes[1] or (residual is not None and residual.stride(-1) != 1)):
@@ -129,7 +131,7 @@ class QKVParallelLinear(ColumnParallelLinear):
 
     def __init__(self, hidden_size: int, head_size: int, total_num_heads: int,
                  total_num_kv_heads: Optional[int] = None, bias: bool = False,
-                 tp_rank: int = 0, tp_size: int = 1) -> None:
+                 tp_rank: int = 0, tp_size: int = 1, gemv_op: str = "") -> None:
         total_num_kv_heads = total_num_kv_heads or total_num_heads
         self.head_size, self.total_num_heads, self.total_num_kv_heads = head_size, total_num_heads, total_num_kv_heads
         self.num_heads = divide(total_num_heads, tp_size, "number of attention heads")
@@ -140,7 +142,7 @@ class QKVParallelLinear(ColumnParallelLinear):
             self.num_kv_heads = divide(total_num_kv_heads, tp_size, "number of KV heads")
             self.num_kv_head_replicas = 1
         output_size = (self.num_heads + 2 * self.num_kv_heads) * tp_size * head_size
-        super().__init__(hidden_size, output_size, bias, False, tp_rank, tp_size)
+        super().__init__(hidden_size, output_size, bias, False, tp_rank, tp_size, gemv_op)
         self.q_size, self.kv_size = self.num_heads * head_size, self.num_kv_heads * head_size
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id: object = None) -> None:
@@ -164,16 +166,16 @@ class RowParallelLinear(LinearBase):
     """y = x W^T + b with W split by input columns; partial sums all-reduced, bias added once after."""
 
     def __init__(self, input_size: int, output_size: int, bias: bool = False, input_is_parallel: bool = True,
-                 reduce_results: bool = True, tp_rank: int = 0, tp_size: int = 1) -> None:
+                 reduce_results: bool = True, tp_rank: int = 0, tp_size: int = 1, gemv_op: str = "") -> None:
         self.input_size = input_size
         self.input_size_per_partition = divide(input_size, tp_size, "input size")
-        super().__init__(self.input_size_per_partition, output_size, bias, tp_rank, tp_size)
+        super().__init__(self.input_size_per_partition, output_size, bias, tp_rank, tp_size, gemv_op)
         self.input_is_parallel, self.reduce_results = input_is_parallel, reduce_results
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel and self.tp_size > 1:
             x = x.narrow(-1, self.tp_rank * self.input_size_per_partition, self.input_size_per_partition)
-        kernel = gemv_kernel_for(x, self.weight)
+        kernel = gemv_kernel_for(x, self.weight, self.gemv_op)
         if kernel is not None:
             fold = self._bias_in_kernel()
             return self._reduce(kernel.linear_gemv(x, self.weight, self.bias if fold else None),
@@ -183,7 +185,7 @@ class RowParallelLinear(LinearBase):
     def forward_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """`forward(silu(gate) * up)` for `gate_up = [gate | up]` (this rank's halves, from a merged
         column-parallel projection). Small CUDA batches run it as one kernel, SiLU-and-mul the GEMV's prologue."""
-        kernel = gemv_kernel_for(gate_up, self.weight)
+        kernel = gemv_kernel_for(gate_up, self.weight, self.gemv_op)
         if kernel is None or (not self.input_is_parallel and self.tp_size > 1):
             return self.forward(silu_and_mul(gate_up))
         fold = self._bias_in_kernel()

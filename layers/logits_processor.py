@@ -29,6 +29,8 @@ class LogitsProcessorOutput:
     input_token_logprobs: Optional[torch.Tensor] = None  # float32 [n_selected]
     input_top_logprobs_val: Optional[torch.Tensor] = None  # float32 [n_selected, k]
     input_top_logprobs_idx: Optional[torch.Tensor] = None  # int64 [n_selected, k]
+    # int64 [bs]: argmax of next_token_logits, where the forward computed it beside them (CUDA decode graphs)
+    next_token_greedy_ids: Optional[torch.Tensor] = None
 
 
 class LogitsProcessor(nn.Module):
@@ -58,7 +60,7 @@ class LogitsProcessor(nn.Module):
     def compute_logits(self, hidden: torch.Tensor, lm_head: nn.Module, residual: Optional[torch.Tensor] = None,
                        norm: Optional["RMSNorm"] = None) -> torch.Tensor:
         """float32 `[tokens, vocab]` logits of `hidden`, or of `norm(hidden + residual)` with `norm`."""
-        kernel = gemv_kernel_for(hidden, lm_head.weight)
+        kernel = gemv_kernel_for(hidden, lm_head.weight, "lm_head")
         if kernel is not None and (residual is None or residual.stride(-1) == 1):
             if norm is None:
                 logits = kernel.linear_gemv(hidden, lm_head.weight, out_dtype=torch.float32)

@@ -82,6 +82,21 @@ def cuda_gemv_max_tokens(default: int) -> int:
     return tokens
 
 
+CUDA_GEMV_OP_NAMES = ("qkv", "o_proj", "gate_up", "down", "lm_head")
+
+
+def cuda_gemv_ops(default: str) -> frozenset[str]:
+    """RADIXLM_CUDA_GEMV_OPS=qkv,o_proj,...: which projections take the CUDA C++ GEMVs when they are on
+    (`cuda_gemv_max_tokens`); the others keep cuBLAS (for per-projection A/B runs)."""
+    value = _get("CUDA_GEMV_OPS", default) or ""
+    ops = frozenset(op.strip() for op in value.split(",") if op.strip())
+    unknown = sorted(ops - set(CUDA_GEMV_OP_NAMES))
+    if unknown:
+        raise ValueError(f"RADIXLM_CUDA_GEMV_OPS takes a comma-separated subset of {list(CUDA_GEMV_OP_NAMES)}, "
+                         f"got unknown {unknown} in {value!r}")
+    return ops
+
+
 def step_trace_path() -> str | None:
     """RADIXLM_STEP_TRACE=FILE: the overlap loop appends one JSON line per batch to FILE (host build,
     wait and processing times; on CUDA the device time and the idle gap before each batch)."""

@@ -5,6 +5,7 @@ the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
 """
 
 from radixlm_kernel.activation import silu_and_mul
+from radixlm_kernel.argmax import argmax
 from radixlm_kernel.cascade_attention import CascadePlan, cascade_plan, members_per_block
 from radixlm_kernel.decode_attention import (compute_num_kv_splits, decode_attention_fwd, grid_kv_splits,
                                              kv_heads_per_program, longest_first_order, prefix_order)
@@ -17,6 +18,7 @@ from radixlm_kernel.sampling import top_k_top_p_min_p_sampling
 
 __all__ = [
     "apply_rotary_pos_emb_",
+    "argmax",
     "apply_rotary_pos_emb_and_store_kv_",
     "CascadePlan",
     "cascade_plan",

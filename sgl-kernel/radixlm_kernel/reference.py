@@ -131,6 +131,11 @@ def extend_attention_ref(q_extend: torch.Tensor, k_extend: torch.Tensor, v_exten
         o_extend[start:start + ext] = _attend(q_extend[start:start + ext], k, v, mask, sm_scale).to(o_extend.dtype)
 
 
+def argmax_ref(logits: torch.Tensor) -> torch.Tensor:
+    """int64 [bs]: each row's first maximum (NaN above every number), as greedy decoding picks it."""
+    return torch.argmax(logits, dim=-1)
+
+
 # ---- seeded sampling ----------------------------------------------------------------------
 
 def _signed64(x: int) -> int:

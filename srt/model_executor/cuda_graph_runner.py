@@ -3,7 +3,8 @@
 A decode batch of size bs replays the graph of the smallest captured size >= bs. The
 graphs read static input buffers; the padded rows point at KV slot 0 (the allocator's
 reserved padding slot) with sequence length 1, so they compute garbage that nobody reads
-and write nowhere that matters. Sampling runs after the replay, outside the graph.
+and write nowhere that matters. The graph also takes the argmax of the logits (greedy decoding's
+token, which every sampling mode needs); the rest of sampling runs after the replay, outside it.
 Before each replay the attention backend re-plans from the padded static batch, whose
 `seq_lens_cpu` holds the real host lengths (1 for padded rows) for backends that plan on
 the host (flashinfer).
@@ -20,6 +21,7 @@ import torch
 
 from radixlm.layers.logits_processor import LogitsProcessorOutput
 from radixlm.model_executor.forward_batch import ForwardBatch, ForwardMode
+from radixlm.sampling.sampler import greedy_argmax
 
 if TYPE_CHECKING:
     from radixlm.model_executor.model_runner import ModelRunner
@@ -75,14 +77,15 @@ class CudaGraphRunner:
         for bs in reversed(self.capture_bs):  # largest first, so smaller graphs reuse its memory pool
             fb = self._static_batch(bs)
             backend.init_forward_metadata_capture_cuda_graph(fb)
-            for _ in range(2):
+            for _ in range(2):  # warm up (Triton compiles here, never inside the capture)
                 backend.init_forward_metadata_in_graph(fb)
-                model(fb.input_ids, fb.positions, fb)
+                greedy_argmax(model(fb.input_ids, fb.positions, fb).next_token_logits)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 backend.init_forward_metadata_in_graph(fb)
                 out = model(fb.input_ids, fb.positions, fb)
+                out.next_token_greedy_ids = greedy_argmax(out.next_token_logits)
             if self.pool is None:
                 self.pool = graph.pool()
             self.graphs[bs], self.outputs[bs] = graph, out
@@ -107,4 +110,8 @@ class CudaGraphRunner:
             seq_lens_cpu = list(forward_batch.seq_lens_cpu) + [1] * (padded - bs)
             backend.init_forward_metadata_replay_cuda_graph(self._static_batch(padded, seq_lens_cpu))
         self.graphs[padded].replay()
-        return LogitsProcessorOutput(next_token_logits=self.outputs[padded].next_token_logits[:bs])
+        out = self.outputs[padded]
+        # the token ids outlive the step (the next batch's input, the host copy): a copy, since the next
+        # replay overwrites the graph's own; the logits are read before that and stay a view
+        return LogitsProcessorOutput(next_token_logits=out.next_token_logits[:bs],
+                                     next_token_greedy_ids=out.next_token_greedy_ids[:bs].clone())

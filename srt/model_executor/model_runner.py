@@ -130,7 +130,7 @@ class ModelRunner:
     @torch.inference_mode()
     def sample(self, logits_output: LogitsProcessorOutput, forward_batch: ForwardBatch) -> ForwardOutput:
         logits = logits_output.next_token_logits
-        next_ids = self.sampler(logits, forward_batch.sampling_info)
+        next_ids = self.sampler(logits, forward_batch.sampling_info, logits_output.next_token_greedy_ids)
         out = ForwardOutput(next_token_ids=next_ids)
         if forward_batch.return_logprob:
             k = max(forward_batch.top_logprobs_nums or [0])

@@ -32,8 +32,9 @@ class LlamaMLP(nn.Module):
         bias = getattr(config, "mlp_bias", False)
         inter = config.intermediate_size
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [inter, inter], bias=bias,
-                                                       tp_rank=tp_rank, tp_size=tp_size)
-        self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=bias, tp_rank=tp_rank, tp_size=tp_size)
+                                                       tp_rank=tp_rank, tp_size=tp_size, gemv_op="gate_up")
+        self.down_proj = RowParallelLinear(inter, config.hidden_size, bias=bias, tp_rank=tp_rank, tp_size=tp_size,
+                                           gemv_op="down")
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """`(mlp(norm(x + residual)), x + residual)`: the norm runs inside gate_up, SiLU-and-mul inside gate_up
@@ -55,11 +56,12 @@ class LlamaAttention(nn.Module):
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // total_heads
         qkv_bias = getattr(config, "attention_bias", False) or self.qkv_bias_default
         self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_dim, total_heads, total_kv, bias=qkv_bias,
-                                          tp_rank=tp_rank, tp_size=tp_size)
+                                          tp_rank=tp_rank, tp_size=tp_size, gemv_op="qkv")
         self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
         self.o_proj = RowParallelLinear(total_heads * self.head_dim, config.hidden_size,
-                                        bias=getattr(config, "attention_bias", False), tp_rank=tp_rank, tp_size=tp_size)
+                                        bias=getattr(config, "attention_bias", False), tp_rank=tp_rank, tp_size=tp_size,
+                                        gemv_op="o_proj")
         base, scaling = rope_config(config)
         rotary_dim = int(self.head_dim * getattr(config, "partial_rotary_factor", 1.0))
         self.rotary_emb = get_rope(self.head_dim, rotary_dim, config.max_position_embeddings, base,

@@ -35,6 +35,18 @@ def test_cuda_gemv_max_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
             environ.cuda_gemv_max_tokens(0)
 
 
+def test_cuda_gemv_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_CUDA_GEMV_OPS", raising=False)
+    assert environ.cuda_gemv_ops("qkv,lm_head") == {"qkv", "lm_head"}
+    monkeypatch.setenv("RADIXLM_CUDA_GEMV_OPS", " o_proj, qkv ")
+    assert environ.cuda_gemv_ops("qkv") == {"o_proj", "qkv"}
+    monkeypatch.setenv("RADIXLM_CUDA_GEMV_OPS", "")
+    assert environ.cuda_gemv_ops("qkv") == frozenset()
+    monkeypatch.setenv("RADIXLM_CUDA_GEMV_OPS", "qkv,mlp")
+    with pytest.raises(ValueError, match=r"RADIXLM_CUDA_GEMV_OPS .* unknown \['mlp'\]"):
+        environ.cuda_gemv_ops("qkv")
+
+
 def test_step_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RADIXLM_STEP_TRACE", raising=False)
     assert environ.step_trace_path() is None

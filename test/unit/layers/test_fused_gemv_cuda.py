@@ -117,6 +117,22 @@ def test_fused_layers_in_cuda_graph(dtype: torch.dtype, impl: str) -> None:
         torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
+def test_cuda_gemv_ops_pick_the_projections(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_GEMV_OPS limits the CUDA GEMVs to the named projections; unnamed layers are never limited."""
+    if impl != "cuda":
+        pytest.skip("the op filter applies to the CUDA GEMVs only")
+    monkeypatch.setattr(kernel_dispatch, "CUDA_GEMV_OPS", frozenset({"qkv"}))
+    x = torch.randn(1, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    assert kernel_dispatch.gemv_kernel_for(x, w, "qkv") is cuda_gemv
+    assert kernel_dispatch.gemv_kernel_for(x, w, "") is cuda_gemv
+    assert kernel_dispatch.gemv_kernel_for(x, w, "o_proj") is None  # the Triton GEMVs are off here: cuBLAS
+    qkv = QKVParallelLinear(HIDDEN, 64, 2, 2, gemv_op="qkv").cuda().to(torch.bfloat16)
+    o_proj = RowParallelLinear(128, HIDDEN, gemv_op="o_proj").cuda().to(torch.bfloat16)
+    assert (qkv.gemv_op, o_proj.gemv_op) == ("qkv", "o_proj")
+    torch.testing.assert_close(o_proj(x[:, :128].contiguous()), x[:, :128] @ o_proj.weight.T)
+
+
 COMMON = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
               num_hidden_layers=2, vocab_size=512, max_position_embeddings=1024)
 CONFIGS = {

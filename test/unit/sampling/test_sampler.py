@@ -24,6 +24,24 @@ def test_greedy_is_argmax() -> None:
     assert torch.equal(Sampler()(logits, None), logits.argmax(-1))
 
 
+def test_precomputed_greedy_ids_are_used_unless_masks_or_penalties_change_the_logits() -> None:
+    """A decode graph hands the sampler its argmax; the sampler takes it as the greedy token, and
+    recomputes where a vocab mask or a penalty changes the logits first."""
+    logits = torch.randn(3, 40)
+    marker = torch.tensor([5, 6, 7])  # not the argmax: shows which one the sampler returned
+    assert torch.equal(Sampler()(logits, None, marker), marker)
+    assert torch.equal(Sampler()(logits, info(3, 40, temperature=0.0), marker), marker)
+    mask = torch.ones(3, 40, dtype=torch.bool)
+    mask[:, logits.argmax(-1)] = False
+    masked = info(3, 40, temperature=0.0, vocab_mask=mask)
+    assert torch.equal(Sampler()(logits, masked, marker), logits.masked_fill(~mask, -float("inf")).argmax(-1))
+    counts = torch.zeros(3, 40)
+    counts[:, 0] = 1.0
+    penalised = info(3, 40, temperature=0.0, output_token_counts=counts, presence_penalties=torch.full((3, 1), 100.0))
+    logits[:, 0] = 50.0  # the argmax until the presence penalty applies
+    assert torch.equal(Sampler()(logits, penalised, torch.zeros(3, dtype=torch.int64)), logits[:, 1:].argmax(-1) + 1)
+
+
 def test_top_k_one_is_greedy() -> None:
     logits = torch.randn(8, 300)
     for seed in range(5):
