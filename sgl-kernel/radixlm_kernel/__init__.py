@@ -18,8 +18,8 @@ from radixlm_kernel.sampling import top_k_top_p_min_p_sampling
 
 __all__ = [
     "apply_rotary_pos_emb_",
-    "argmax",
     "apply_rotary_pos_emb_and_store_kv_",
+    "argmax",
     "CascadePlan",
     "cascade_plan",
     "compute_num_kv_splits",
