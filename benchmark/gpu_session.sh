@@ -92,6 +92,13 @@ for what in "$@"; do
               [ $ops = none ] && export RADIXLM_CUDA_GEMV_MAX_TOKENS=0 || export RADIXLM_CUDA_GEMV_OPS=$ops
               step "gemv_ops_${ops//,/_}" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256,1x256 --prefill 1x0x256 --overlap 1x256); done ;;
+    rope_tests) step rope_tests 300 python3 -m pytest -q test/kernel/test_decode_rope.py test/kernel/test_triton_backend.py \
+                 test/kernel/test_attention.py test/kernel/test_rotary.py test/unit/layers/test_layers_cuda.py ;;
+    rope_ab)  # the bs-1 graph with the rotary embedding and KV store inside decode attention (default) or not
+            for flag in 0 1; do (export RADIXLM_DECODE_FUSED_ROPE=$flag
+              step "rope_ab_$flag" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x256 --overlap 1x256,8x2048
+              grep -E '^ +[0-9.]+ us' "$OUT/rope_ab_$flag.log" | head -16); done ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
                  test/kernel/test_activation.py test/kernel/test_rotary.py test/kernel/test_attention.py \
                  test/unit/layers/test_layers_cuda.py ;;
@@ -121,6 +128,10 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512) ;;
+    offline_ci_x)  # SGLang's CI workload with extra flags: OFFLINE_FLAGS (e.g. --enable-mixed-chunk); OFFLINE_TAG names the log
+            step offline_ci_${OFFLINE_TAG:-x} 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ${OFFLINE_FLAGS:-} ;;
     offline_ci) step offline_ci 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ;;

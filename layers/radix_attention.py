@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from radixlm.layers.rotary_embedding import RotaryEmbedding
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 
@@ -27,9 +28,14 @@ class RadixAttention(nn.Module):
         self.layer_id = layer_id
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch",
-                save_kv_cache: bool = True) -> torch.Tensor:
-        """q `[T, Hq*D]`, k/v `[T, Hkv*D]` -> `[T, Hq*Dv]`."""
-        return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache)
+                save_kv_cache: bool = True, rope: Optional["RotaryEmbedding"] = None) -> torch.Tensor:
+        """q `[T, Hq*D]`, k/v `[T, Hkv*D]` -> `[T, Hq*Dv]`. With `rope` (see `takes_rope`) q/k are not
+        rotated yet and the backend rotates them and stores k/v."""
+        return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache, rope)
+
+    def takes_rope(self, forward_batch: "ForwardBatch") -> bool:
+        """Whether this batch's backend folds the rotary embedding and the KV store into attention."""
+        return forward_batch.attn_backend.takes_decode_rope(forward_batch)
 
     def kv_store_target(self, forward_batch: "ForwardBatch") -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """`(k_buffer, v_buffer, out_cache_loc)` where a fused rotary kernel may write this layer's new

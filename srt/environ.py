@@ -51,6 +51,13 @@ def decode_cascade() -> bool:
     return _get("DECODE_CASCADE", "1") != "0"
 
 
+def decode_fused_rope() -> bool:
+    """RADIXLM_DECODE_FUSED_ROPE=0: the triton backend's decode (outside cascade batches) takes q/k
+    rotated and k/v stored by the separate rotary kernel instead of doing both inside the attention
+    kernel (for A/B runs); on by default."""
+    return _get("DECODE_FUSED_ROPE", "1") != "0"
+
+
 def decode_longest_first() -> bool:
     """RADIXLM_DECODE_LONGEST_FIRST=0: cascade-sized decode batches launch their attention programs in
     batch order instead of longest context first (for A/B runs); on by default."""

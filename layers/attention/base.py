@@ -20,6 +20,7 @@ import torch
 
 if TYPE_CHECKING:
     from radixlm.layers.radix_attention import RadixAttention
+    from radixlm.layers.rotary_embedding import RotaryEmbedding
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 
@@ -42,8 +43,21 @@ class AttentionBackend(ABC):
     def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
                        forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor: ...
 
+    def takes_decode_rope(self, forward_batch: "ForwardBatch") -> bool:
+        """True when `forward(..., rope=...)` on this batch rotates q/k and stores k/v itself (one kernel
+        for rotary, store and attention), so the layer passes q/k un-rotated."""
+        return False
+
+    def forward_decode_rope(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                            forward_batch: "ForwardBatch", rope: "RotaryEmbedding") -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not fold the rotary embedding into decode")
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
-                forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+                forward_batch: "ForwardBatch", save_kv_cache: bool = True,
+                rope: "RotaryEmbedding | None" = None) -> torch.Tensor:
+        """With `rope` (only where `takes_decode_rope`), q/k are un-rotated and the backend stores k/v."""
+        if rope is not None:
+            return self.forward_decode_rope(q, k, v, layer, forward_batch, rope)
         if forward_batch.forward_mode.is_decode():
             return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache)
         return self.forward_extend(q, k, v, layer, forward_batch, save_kv_cache)

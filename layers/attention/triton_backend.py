@@ -2,7 +2,9 @@
 
 Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
-`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device). Decode
+`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device). Outside
+cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
+them and stores the new k/v itself, one launch per layer instead of two. Decode
 batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
 (`cascade_plan`, on the device): a group's prefix K/V is read once per block of requests and
 each request attends the rest of its context on its own (cascade attention), longest first,
@@ -26,9 +28,10 @@ from radixlm import environ
 from radixlm.layers.attention.base import AttentionBackend, register_attention_backend
 
 if TYPE_CHECKING:
-    from radixlm_kernel import CascadePlan
+    from radixlm_kernel import CascadePlan, DecodeRope
 
     from radixlm.layers.radix_attention import RadixAttention
+    from radixlm.layers.rotary_embedding import RotaryEmbedding
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 MAX_KV_SPLITS = 32
@@ -73,6 +76,7 @@ class TritonAttnBackend(AttentionBackend):
         self.forward_metadata: Optional[DecodeMetadata | ExtendMetadata] = None
         self.cascade_enabled = environ.decode_cascade()
         self.longest_first = environ.decode_longest_first()
+        self.fused_rope = environ.decode_fused_rope()
         self.cascade_members = self.kernel.members_per_block(self.num_q_heads // self.num_kv_heads)
         self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
         self.split_counters: Optional[torch.Tensor] = None
@@ -199,7 +203,8 @@ class TritonAttnBackend(AttentionBackend):
         return o.view(q.shape[0], -1)
 
     def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
-                       forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+                       forward_batch: "ForwardBatch", save_kv_cache: bool = True,
+                       rope: Optional["DecodeRope"] = None) -> torch.Tensor:
         meta = self.forward_metadata
         if not isinstance(meta, DecodeMetadata):
             raise RuntimeError("init_forward_metadata was not called for this decode batch")
@@ -212,8 +217,18 @@ class TritonAttnBackend(AttentionBackend):
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
             meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs, meta.cascade is not None),
             attn_logits=meta.attn_logits, attn_lse=meta.attn_lse, order=meta.order, cascade=meta.cascade,
-            num_sms=self.num_sms, split_counters=meta.split_counters)
+            num_sms=self.num_sms, split_counters=meta.split_counters, rope=rope)
         return o.view(bs, -1)
+
+    def takes_decode_rope(self, forward_batch: "ForwardBatch") -> bool:
+        """Decode batches outside the cascade (its prefix kernel reads the pool before the split kernel)."""
+        return self.fused_rope and forward_batch.forward_mode.is_decode() and not self._use_cascade(forward_batch)
+
+    def forward_decode_rope(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                            forward_batch: "ForwardBatch", rope: "RotaryEmbedding") -> torch.Tensor:
+        rope_args = self.kernel.DecodeRope(k=k, v=v, loc=forward_batch.out_cache_loc,
+                                           cos_sin_cache=rope.cos_sin_cache, is_neox=rope.is_neox_style)
+        return self.forward_decode(q, k, v, layer, forward_batch, save_kv_cache=False, rope=rope_args)
 
     def _save_kv(self, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",
                  save_kv_cache: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ from radixlm_kernel.argmax import argmax
 from radixlm_kernel.cascade_attention import CascadePlan, cascade_plan, members_per_block
 from radixlm_kernel.decode_attention import (compute_num_kv_splits, decode_attention_fwd, grid_kv_splits,
                                              kv_heads_per_program, longest_first_order, prefix_order)
+from radixlm_kernel.decode_rope import DecodeRope
 from radixlm_kernel.extend_attention import extend_attention_fwd
 from radixlm_kernel.gemv import linear_gemv, rmsnorm_gemv, silu_mul_gemv
 from radixlm_kernel.kv_cache import store_kv_cache
@@ -24,6 +25,7 @@ __all__ = [
     "cascade_plan",
     "compute_num_kv_splits",
     "decode_attention_fwd",
+    "DecodeRope",
     "extend_attention_fwd",
     "fused_add_rmsnorm",
     "grid_kv_splits",

@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
 from radixlm_kernel.utils import is_fp8, next_power_of_2
 
 if TYPE_CHECKING:
@@ -144,7 +145,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          HAS_ORDER: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr,
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
-                         count_ptr, cnt_s0):
+                         count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
+                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr):
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -171,7 +173,17 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
         v_kv, dv, v_ok, v_off = _head_columns(kv0, num_kv_heads, vb_s1, v_head_dim, HEADS, BLOCK_DV)
         q_mask = h_mask[:, None] & k_ok[None, :] & (r_kv[:, None] == k_kv[None, :])  # block-diagonal q
         o_mask = h_mask[:, None] & v_ok[None, :] & (r_kv[:, None] == v_kv[None, :])
-        q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :], mask=q_mask, other=0.0)
+        if FUSED_ROPE:  # q arrives un-rotated; the split holding the new token also stores its k/v first
+            pos = (seq_len - 1).to(tl.int64)
+            q = rope_load(q_ptr + b * q_s0, heads[:, None] * q_s1 + d[None, :], d[None, :], q_mask, cs_ptr, pos,
+                          cs_s0, half, rotary_dim, ROPE_NEOX)
+            if end == seq_len:
+                store_new_kv(kn_ptr, vn_ptr, kn_s0, vn_s0, k_buf_ptr, v_buf_ptr, kb_s0, vb_s0,
+                             tl.load(loc_ptr + b).to(tl.int64), b, kv0, k_kv, d, k_ok, k_off, v_kv, dv, v_ok, v_off,
+                             head_dim, v_head_dim, cs_ptr, pos, cs_s0, half, rotary_dim, ROPE_NEOX)
+                tl.debug_barrier()  # every thread's store is in before the tile loop reads the pool
+        else:
+            q = tl.load(q_ptr + b * q_s0 + heads[:, None] * q_s1 + d[None, :], mask=q_mask, other=0.0)
         if VIA_F16:  # an fp8 pool read up to float16
             q = q.to(tl.float16)
         elif not KV_FP8:  # fp8 pools are read up to q's dtype instead
@@ -452,7 +464,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
                          max_kv_splits: Optional[int] = None, attn_logits: Optional[torch.Tensor] = None,
                          attn_lse: Optional[torch.Tensor] = None, order: Optional[torch.Tensor] = None,
                          cascade: Optional["CascadePlan"] = None, num_sms: Optional[int] = None,
-                         split_counters: Optional[torch.Tensor] = None) -> None:
+                         split_counters: Optional[torch.Tensor] = None, rope: Optional[DecodeRope] = None) -> None:
     """One new token per request attends to its whole context; writes `o`.
 
     q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
@@ -465,6 +477,9 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     which requests' programs are launched; the result does not depend on it. With FUSED_MERGE,
     `split_counters` (int32 `[>=bs, >=kv heads]`, zeros; the kernel leaves them zero) counts the
     splits that have finished, so the last one merges; pass a static one under a CUDA graph.
+
+    With `rope` (a `DecodeRope`), q is not rotated yet: the kernel rotates q and the new k at position
+    `seq_lens - 1` and writes the new k/v into the pool at `rope.loc` before attending (no cascade).
 
     With `cascade` (a `cascade_plan` of this batch), each request's shared prefix `[0, pre_len)` is
     attended once per block of requests by the cascade kernel and `num_kv_splits` splits the rest,
@@ -481,6 +496,10 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     max_kv_splits = max_kv_splits or 16
     if bs == 0:
         return
+    if rope is not None:
+        if cascade is not None:
+            raise ValueError("rope= cannot be combined with cascade= (the cascade kernel reads the pool first)")
+        rope.check(bs, k_buffer, v_buffer)
     base = 0
     if cascade is not None:
         from radixlm_kernel.cascade_attention import PREFIX_SPLITS
@@ -529,7 +548,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         SWAP_AB=swap, SLOTS_AHEAD=ahead,
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
-        cnt_s0=split_counters.stride(0) if fused_merge else 0, num_warps=warps, num_stages=stages)
+        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens), num_warps=warps,
+        num_stages=stages)
     if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
@@ -537,3 +557,14 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0),
         o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
         CASCADE=cascade is not None, SPLIT_BASE=base, num_warps=4)
+
+
+def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:
+    """The split kernel's rope arguments (placeholders without `rope`)."""
+    if rope is None:
+        return dict(kn_ptr=seq_lens, vn_ptr=seq_lens, loc_ptr=seq_lens, cs_ptr=seq_lens, kn_s0=0, vn_s0=0, cs_s0=0,
+                    half=1, rotary_dim=0, FUSED_ROPE=False, ROPE_NEOX=True)
+    cache = rope.cos_sin_cache
+    return dict(kn_ptr=rope.k, vn_ptr=rope.v, loc_ptr=rope.loc, cs_ptr=cache, kn_s0=rope.k.stride(0),
+                vn_s0=rope.v.stride(0), cs_s0=cache.stride(0), half=cache.shape[1] // 2, rotary_dim=cache.shape[1],
+                FUSED_ROPE=True, ROPE_NEOX=bool(rope.is_neox))

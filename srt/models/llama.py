@@ -79,6 +79,8 @@ class LlamaAttention(nn.Module):
         qkv, residual = self.qkv_proj.forward_normed(hidden_states, residual, norm)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.prepare_qk(q, k)
+        if self.attn.takes_rope(forward_batch):  # decode on the triton backend: one kernel rotates, stores, attends
+            return self.o_proj(self.attn(q, k, v, forward_batch, rope=self.rotary_emb)), residual
         # on CUDA one kernel rotates q/k in place inside qkv and writes k/v into the pool: no copies
         if self.rotary_emb.forward_and_store_kv(positions, q, k, v, self.attn.kv_store_target(forward_batch)):
             return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=False)), residual

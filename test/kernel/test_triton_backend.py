@@ -150,3 +150,41 @@ def test_cascade_decode_matches_torch_native(device: str, dtype: torch.dtype, to
     triton.cascade_enabled = False
     h.run(h.batch(ForwardMode.DECODE, rows, [1] * 20), tol)
     assert triton.forward_metadata.cascade is None
+
+
+def test_decode_rope_matches_torch_native(device: str, dtype: torch.dtype, tol: dict) -> None:
+    """Decode with the rotary embedding and the KV store inside the attention kernel (`rope=`) against
+    torch_native given q/k rotated by the layer's reference rotation; eager and through the graph hooks.
+    Cascade-sized batches keep the separate rotary kernel."""
+    from radixlm.layers.rotary_embedding import RotaryEmbedding
+
+    torch.manual_seed(3)
+    h = Harness(device, dtype, rows=24)
+    rope = RotaryEmbedding(HEAD_DIM, HEAD_DIM, 1024, 10000.0).to(device)
+    h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1], [30, 7, 250]), tol)
+    triton = h.backends["triton"]
+    triton.init_cuda_graph_state(max_bs=8)
+    for hook in ("", "capture", "replay"):
+        fb = h.batch(ForwardMode.DECODE, [2, 0, 1], [1, 1, 1])
+        q, k, v = (torch.randn(3, n * HEAD_DIM, device=device, dtype=dtype) for n in (Q_HEADS, KV_HEADS, KV_HEADS))
+        fb.token_to_kv_pool, fb.attn_backend = h.runners["triton"].token_to_kv_pool, triton
+        if hook:
+            getattr(triton, f"init_forward_metadata_{hook}_cuda_graph")(fb)
+            triton.init_forward_metadata_in_graph(fb)
+        else:
+            triton.init_forward_metadata(fb)
+        assert h.layer.takes_rope(fb)
+        out = h.layer(q, k, v, fb, rope=rope)
+        fb.token_to_kv_pool, fb.attn_backend = h.runners["torch_native"].token_to_kv_pool, h.backends["torch_native"]
+        h.backends["torch_native"].init_forward_metadata(fb)
+        assert not h.layer.takes_rope(fb)
+        q_rot, k_rot = rope.forward_native(fb.positions, q, k)
+        ref = h.layer(q_rot, k_rot, v, fb)
+        torch.testing.assert_close(out, ref, **tol)
+        pools = [h.runners[name].token_to_kv_pool for name in ("triton", "torch_native")]
+        slots = fb.out_cache_loc
+        torch.testing.assert_close(pools[0].k_buffer[1][slots], pools[1].k_buffer[1][slots], **tol)
+        assert torch.equal(pools[0].v_buffer[1][slots], pools[1].v_buffer[1][slots])
+    fb = h.batch(ForwardMode.DECODE, list(range(20)), [1] * 20)
+    fb.attn_backend = triton
+    assert triton.cascade_enabled and not h.layer.takes_rope(fb)  # 20 rows: the cascade's batch size

@@ -67,3 +67,10 @@ def test_step_trace_unwritable_path_names_the_variable(tmp_path) -> None:
     trace = open_step_trace(str(tmp_path / "trace.jsonl"), torch.device("cpu"))
     trace.record("decode", 2, 2, 0.001, 0.002, 0.0005, None)
     assert '"kind": "decode"' in (tmp_path / "trace.jsonl").read_text()
+
+
+def test_decode_fused_rope_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_DECODE_FUSED_ROPE", raising=False)
+    assert environ.decode_fused_rope() is True
+    monkeypatch.setenv("RADIXLM_DECODE_FUSED_ROPE", "0")
+    assert environ.decode_fused_rope() is False
