@@ -40,7 +40,7 @@ serve_and_bench() {  # serve_and_bench NAME TIMEOUT_S BENCH_SERVING_ARGS...: a s
   step $name $limit python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
        --tokenizer $MODEL --dataset-name random --tokenize-prompt --disable-tqdm "$@"
   curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
-    'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'decodes_beside_prefill', 'num_prefill_batches', 'overlapped_steps',
+    'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
     'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
   curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
   kill %1; wait

@@ -110,13 +110,6 @@ def step_trace_path() -> str | None:
     return _get("STEP_TRACE") or None
 
 
-def decode_beside_prefill() -> bool:
-    """RADIXLM_DECODE_BESIDE_PREFILL=0: a prefill launched beside the decode in flight is processed at
-    once (the decode steps wait for it) instead of the running requests' decode steps going on while it
-    computes; on by default."""
-    return _get("DECODE_BESIDE_PREFILL", "1") != "0"
-
-
 def prefill_beside_decode() -> bool:
     """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""

@@ -15,12 +15,7 @@ in-flight batch, so the plain loop's logic applies to it unchanged.
 
 Prefill beside decode: when requests arrive while a decode is in flight, their prefill is
 launched at once beside it (on CUDA on the forward thread's high-priority stream, so it does not
-queue behind the decode steps already launched) and the decode keeps its place: decode steps of
-the running requests go on launching while the prefill computes (its requests join them once its
-result is processed, polled every step), so the compute-bound prefill and the memory-bound
-decode share the device instead of taking turns. One such prefill is in flight at a time, and
-nothing else is admitted until it is processed (admission must see its requests as running).
-RADIXLM_DECODE_BESIDE_PREFILL=0 processes the prefill at once instead (the decode steps wait).
+queue behind the decode steps already launched) and processed, and the decode keeps its place.
 A prefill touches only its own request rows and new slots; the one thing it can overwrite that
 the decode reads is a slot it evicted from the prefix cache, which only rows of requests already
 finished (whose tokens are dropped) still attend. With one tensor-parallel rank on CUDA the
@@ -67,10 +62,8 @@ class OverlapLoop:
     def __init__(self, scheduler: "Scheduler") -> None:
         self.s = scheduler
         self.beside = _prefill_beside_enabled(scheduler)
-        self.decode_beside = environ.decode_beside_prefill()
         self.worker = ForwardThread(scheduler.run_batch_from_forward_batch, scheduler.model_runner.device)
         self.in_flight: Optional[InFlight] = None
-        self.prefill_flight: Optional[InFlight] = None  # a prefill launched beside the decodes, not processed yet
         self.pending: dict[int, int] = {}  # id(req) -> its row in the in-flight decode batch
         self.lag_checked: list[Req] = []  # running requests last found free of grammar and penalty rows
         self.blocked_at: Optional[tuple[int, ...]] = None  # _admission_signature() when admission last failed
@@ -82,7 +75,6 @@ class OverlapLoop:
         s = self.s
         while True:
             s.process_input_requests(s.io.recv_requests(block=s.is_idle()))
-            self._poll_prefill(block=self.in_flight is None)
             if self.in_flight is not None and not self._can_lag():
                 if self._prefill_beside():
                     continue  # the decode in flight keeps its place; the next step decides again
@@ -98,26 +90,25 @@ class OverlapLoop:
                 span = self.trace.span() if self.trace is not None else None
                 launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve, span),
                                     build_s=time.perf_counter() - t0, span=span)
-                s.stats.decodes_beside_prefill += self.prefill_flight is not None
                 if self.in_flight is not None:
                     s.stats.overlapped_steps += 1
                     s.stats.overlapped_steps_with_queue += bool(s.waiting_queue)
             if self.in_flight is not None:
                 if self.watch_arrivals and self._arrival_before_done(self.in_flight):
                     s.process_input_requests(s.io.recv_requests())
-                    self._prefill_beside()
+                    self._prefill_beside(newest=launched)
                 self._process(self.in_flight, keep_deferred_for=launched)
             self.in_flight = launched
             self.pending = {id(r): i for i, r in enumerate(batch.reqs)} if batch is not None and \
                 batch.forward_mode == ForwardMode.DECODE else {}
-            if batch is None and not self.busy():
+            if batch is None and self.in_flight is None:
                 s.on_idle()
 
     def _can_lag(self) -> bool:
         s = self.s
         if not self._decode_in_flight():
             return False
-        if s.waiting_queue and self.prefill_flight is None and not self._admission_blocked():
+        if s.waiting_queue and not self._admission_blocked():
             return False
         # A constrained row's mask for batch N+1 needs batch N's token accepted by its matcher,
         # so batches with a grammar resolve the in-flight batch first (they lose the overlap;
@@ -140,12 +131,12 @@ class OverlapLoop:
         """A prefill may launch beside the in-flight decode: requests wait and admission is worth a
         try (not known to be blocked, no memory pressure, no chunked prefill or abort to resolve first)."""
         s = self.s
-        return (self.beside and self.prefill_flight is None and self._decode_in_flight() and bool(s.waiting_queue)
-                and not s.planner.abort_pending and self.blocked_at != self._admission_signature() and self._kv_room())
+        return (self.beside and self._decode_in_flight() and bool(s.waiting_queue) and not s.planner.abort_pending
+                and self.blocked_at != self._admission_signature() and self._kv_room())
 
-    def _prefill_beside(self) -> bool:
-        """Launch a prefill of the waiting queue beside the decode(s) in flight; True if one was launched.
-        It is processed by `_poll_prefill` once its device work is done (or by `drain`)."""
+    def _prefill_beside(self, newest: Optional[InFlight] = None) -> bool:
+        """Launch a prefill of the waiting queue beside the decode(s) in flight and process it (its
+        first tokens go out); True if one ran. Its releases wait for `newest`, the latest decode."""
         if not self._beside_ok():
             return False
         s = self.s
@@ -156,30 +147,11 @@ class OverlapLoop:
         s.idle_checked = False
         s.tp_guard.check(batch)
         span = self.trace.span() if self.trace is not None else None
-        self.prefill_flight = InFlight(batch, self.worker.submit(batch.forward_batch, None, span),
-                                       build_s=time.perf_counter() - t0, span=span)
+        flight = InFlight(batch, self.worker.submit(batch.forward_batch, None, span),
+                          build_s=time.perf_counter() - t0, span=span)
         s.stats.prefills_beside_decode += 1
-        if not self.decode_beside:
-            self._poll_prefill(block=True)
+        self._process(flight, keep_deferred_for=newest or self.in_flight)
         return True
-
-    def _poll_prefill(self, block: bool) -> None:
-        """Process the prefill in flight beside the decodes once its device work is done (at once when
-        `block`): its first tokens go out and its requests join the running ones. Its releases wait
-        for the latest decode in flight."""
-        flight = self.prefill_flight
-        if flight is None or not (block or _device_done(flight)):
-            return
-        self.prefill_flight = None
-        self._process(flight, keep_deferred_for=self.in_flight)
-
-    def busy(self) -> bool:
-        """A batch is in flight (a decode or prefill, or a prefill beside the decodes)."""
-        return self.in_flight is not None or self.prefill_flight is not None
-
-    def in_flight_reqs(self) -> list[Req]:
-        """Requests of the batches in flight (a prefill's are not yet among the running ones)."""
-        return [r for f in (self.in_flight, self.prefill_flight) if f is not None for r in f.batch.reqs]
 
     def _arrival_before_done(self, flight: InFlight) -> bool:
         """Wait for a decode's device work, returning True as soon as a message arrives first (only
@@ -278,7 +250,6 @@ class OverlapLoop:
         self.pending = {}
         if flight is not None:
             self._process(flight, keep_deferred_for=None)
-        self._poll_prefill(block=True)
 
 
 def _prefill_beside_enabled(scheduler: "Scheduler") -> bool:
@@ -291,13 +262,3 @@ def _prefill_beside_enabled(scheduler: "Scheduler") -> bool:
 def _uses_penalties(req: Req) -> bool:
     p = req.sampling_params  # output-token counts would miss the in-flight token
     return bool(p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0)
-
-
-def _device_done(flight: InFlight) -> bool:
-    """The flight's forward was launched and its device work (up to the host copy) has finished."""
-    if not flight.future.done():
-        return False
-    if flight.future.exception() is not None:
-        return True  # `_process` re-raises it
-    event = flight.future.result().host_copy_event
-    return event is None or event.query()

@@ -211,7 +211,7 @@ class Scheduler:
         for req in compiling:
             req.finished_reason = {"type": "abort", "message": message}
         self.output.send(compiling)
-        in_flight = self.overlap.in_flight_reqs() if self.overlap else []
+        in_flight = self.overlap.in_flight.batch.reqs if self.overlap and self.overlap.in_flight else []
         chunked = [self.planner.chunked_req] if self.planner.chunked_req else []
         for req in self.running + chunked + in_flight:  # in flight: a prefill not yet joined to running
             if (msg.abort_all or req.rid == msg.rid) and not req.finished():
@@ -232,7 +232,7 @@ class Scheduler:
 
     # ---- batches -----------------------------------------------------------------------------
     def is_idle(self, include_grammar_queue: bool = True) -> bool:
-        in_flight = self.overlap is not None and self.overlap.busy()
+        in_flight = self.overlap is not None and self.overlap.in_flight is not None
         compiling = include_grammar_queue and bool(self.grammars.queue)
         return (not self.running and not self.waiting_queue and self.planner.chunked_req is None and not in_flight
                 and not compiling)

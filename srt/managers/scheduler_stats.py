@@ -33,7 +33,6 @@ class SchedulerStats:
     overlapped_steps: int = 0  # decode batches launched before the previous batch's results were processed
     overlapped_steps_with_queue: int = 0  # of which while requests waited (admission blocked)
     prefills_beside_decode: int = 0  # prefills launched while a decode was in flight (OverlapLoop)
-    decodes_beside_prefill: int = 0  # decode batches launched while such a prefill was still in flight
     started_at: float = field(default_factory=time.monotonic)
     _gen_window: list = field(default_factory=list, repr=False)  # (time, generated_tokens)
     _last_result_at: float = field(default=0.0, repr=False)

@@ -74,10 +74,3 @@ def test_decode_fused_rope_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert environ.decode_fused_rope() is True
     monkeypatch.setenv("RADIXLM_DECODE_FUSED_ROPE", "0")
     assert environ.decode_fused_rope() is False
-
-
-def test_decode_beside_prefill_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RADIXLM_DECODE_BESIDE_PREFILL", raising=False)
-    assert environ.decode_beside_prefill() is True
-    monkeypatch.setenv("RADIXLM_DECODE_BESIDE_PREFILL", "0")
-    assert environ.decode_beside_prefill() is False
