@@ -99,13 +99,6 @@ for what in "$@"; do
               step "rope_ab_$flag" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x256 --overlap 1x256,8x2048
               grep -E '^ +[0-9.]+ us' "$OUT/rope_ab_$flag.log" | head -16); done ;;
-    rope_kernel_tests) step rope_kernel_tests 120 python3 -m pytest -q test/kernel/test_decode_rope.py \
-                 test/kernel/test_triton_backend.py ;;
-    rope_regs_ab)  # fused rope: the new token attended from registers (default) or stored and read back
-            for regs in 0 1; do (export RADIXLM_KERNEL_ROPE_REGS=$regs
-              step "rope_regs_$regs" 120 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
-                 --cuda-graph-max-bs 8 --decode 1x256,1x256 --prefill "" --overlap 1x256
-              grep -E '_decode_split_kernel' "$OUT/rope_regs_$regs.log" | head -2); done ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
                  test/kernel/test_activation.py test/kernel/test_rotary.py test/kernel/test_attention.py \
                  test/unit/layers/test_layers_cuda.py ;;

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.decode_rope import DecodeRope, fold_new_token, new_kv_values, rope_load, store_new_kv
+from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
 from radixlm_kernel.utils import is_fp8, next_power_of_2
 
 if TYPE_CHECKING:
@@ -81,9 +81,6 @@ SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  #
 # 16.7 against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us)
 FUSED_MERGE = True
 FUSED_MERGE_MAX_SPLITS = 8
-# with `DecodeRope`, the split holding the new token attends it from registers instead of storing it,
-# waiting on a barrier and reading it back (RADIXLM_KERNEL_ROPE_REGS=0: the read back, for A/B runs)
-ROPE_IN_REGISTERS = os.environ.get("RADIXLM_KERNEL_ROPE_REGS", "1") != "0"
 
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
@@ -149,7 +146,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
                          count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
-                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, ROPE_REGS: tl.constexpr):
+                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr):
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -176,19 +173,11 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
         v_kv, dv, v_ok, v_off = _head_columns(kv0, num_kv_heads, vb_s1, v_head_dim, HEADS, BLOCK_DV)
         q_mask = h_mask[:, None] & k_ok[None, :] & (r_kv[:, None] == k_kv[None, :])  # block-diagonal q
         o_mask = h_mask[:, None] & v_ok[None, :] & (r_kv[:, None] == v_kv[None, :])
-        attend_end = end
-        if FUSED_ROPE:  # q arrives un-rotated; the split holding the new token also stores its k/v
+        if FUSED_ROPE:  # q arrives un-rotated; the split holding the new token also stores its k/v first
             pos = (seq_len - 1).to(tl.int64)
             q = rope_load(q_ptr + b * q_s0, heads[:, None] * q_s1 + d[None, :], d[None, :], q_mask, cs_ptr, pos,
                           cs_s0, half, rotary_dim, ROPE_NEOX)
-            is_last = end == seq_len
-            if ROPE_REGS:  # the new token is attended from registers (after the loop), not read back
-                k_new, v_new = new_kv_values(kn_ptr, vn_ptr, kn_s0, vn_s0, k_buf_ptr, v_buf_ptr, kb_s0, vb_s0,
-                                             tl.load(loc_ptr + b).to(tl.int64), b, kv0, k_kv, d, k_ok, k_off, v_kv, dv,
-                                             v_ok, v_off, head_dim, v_head_dim, cs_ptr, pos, cs_s0, half, rotary_dim,
-                                             is_last.to(tl.int32), ROPE_NEOX)
-                attend_end = end - is_last.to(tl.int32)
-            elif is_last:
+            if end == seq_len:
                 store_new_kv(kn_ptr, vn_ptr, kn_s0, vn_s0, k_buf_ptr, v_buf_ptr, kb_s0, vb_s0,
                              tl.load(loc_ptr + b).to(tl.int64), b, kv0, k_kv, d, k_ok, k_off, v_kv, dv, v_ok, v_off,
                              head_dim, v_head_dim, cs_ptr, pos, cs_s0, half, rotary_dim, ROPE_NEOX)
@@ -200,16 +189,13 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
         elif not KV_FP8:  # fp8 pools are read up to q's dtype instead
             q = q.to(k_buf_ptr.dtype.element_ty)
         if SWAP_AB:
-            acc, m, l = _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, attend_end, kb_s0,
+            acc, m, l = _attend_kv_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0,
                                         vb_s0, k_off, k_ok, v_off, v_ok, sm_scale, BLOCK_H, HEADS * BLOCK_DV, BLOCK_N,
                                         KV_FP8, SLOTS_AHEAD)
         else:
-            acc, m, l = _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, attend_end, kb_s0,
+            acc, m, l = _attend_q_left(q, k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, start, end, kb_s0,
                                        vb_s0, k_off, k_ok, v_off, v_ok, sm_scale, BLOCK_H, HEADS * BLOCK_DV, BLOCK_N,
                                        KV_FP8, SLOTS_AHEAD)
-        if FUSED_ROPE:
-            if ROPE_REGS:
-                acc, m, l = fold_new_token(acc, m, l, q, k_new, v_new, sm_scale, is_last)
         out = acc / l[:, None]
         if DIRECT_OUT:  # one split per request: this is the final output, no merge pass
             if CASCADE:  # fold in the prefix partials the cascade kernel wrote before this launch
@@ -577,8 +563,8 @@ def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:
     """The split kernel's rope arguments (placeholders without `rope`)."""
     if rope is None:
         return dict(kn_ptr=seq_lens, vn_ptr=seq_lens, loc_ptr=seq_lens, cs_ptr=seq_lens, kn_s0=0, vn_s0=0, cs_s0=0,
-                    half=1, rotary_dim=0, FUSED_ROPE=False, ROPE_NEOX=True, ROPE_REGS=False)
+                    half=1, rotary_dim=0, FUSED_ROPE=False, ROPE_NEOX=True)
     cache = rope.cos_sin_cache
     return dict(kn_ptr=rope.k, vn_ptr=rope.v, loc_ptr=rope.loc, cs_ptr=cache, kn_s0=rope.k.stride(0),
                 vn_s0=rope.v.stride(0), cs_s0=cache.stride(0), half=cache.shape[1] // 2, rotary_dim=cache.shape[1],
-                FUSED_ROPE=True, ROPE_NEOX=bool(rope.is_neox), ROPE_REGS=ROPE_IN_REGISTERS)
+                FUSED_ROPE=True, ROPE_NEOX=bool(rope.is_neox))

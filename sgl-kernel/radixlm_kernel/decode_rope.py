@@ -5,10 +5,8 @@ into the pool) before attention; at batch 1 that launch and its gap cost about a
 the work. With `DecodeRope` passed to `decode_attention_fwd`, every split program rotates
 its q heads as it loads them, and the program whose split holds the last context position
 (the new token's) rotates the new k, writes k and v at the token's slot and then attends:
-by default (`ROPE_IN_REGISTERS`) it attends the new token from the registers it computed them in
-(rounded through the pool's dtype, as a read back would give) while the store drains, instead of
-storing, waiting on a barrier and reading them back in its tile loop. Positions are `seq_lens - 1`
-(a decode token's position), so no positions tensor is read.
+its own tile loop reads them back from the pool. Positions are `seq_lens - 1` (a decode
+token's position), so no positions tensor is read.
 
 Rounded where the separate kernel (`rotary.py`) rounds, so both paths write the same pool.
 """
@@ -96,31 +94,3 @@ def store_new_kv(kn_ptr, vn_ptr, kn_s0, vn_s0, k_buf_ptr, v_buf_ptr, kb_s0, vb_s
     tl.store(k_buf_ptr + slot * kb_s0 + k_off, k.to(k_buf_ptr.dtype.element_ty), mask=k_ok)
     v = tl.load(vn_ptr + b * vn_s0 + (kv0 + v_kv) * v_head_dim + dv, mask=v_ok, other=0.0)
     tl.store(v_buf_ptr + slot * vb_s0 + v_off, v.to(v_buf_ptr.dtype.element_ty), mask=v_ok)
-
-
-@triton.jit
-def new_kv_values(kn_ptr, vn_ptr, kn_s0, vn_s0, k_buf_ptr, v_buf_ptr, kb_s0, vb_s0, slot, b, kv0, k_kv, d, k_ok,
-                  k_off, v_kv, dv, v_ok, v_off, head_dim, v_head_dim, cs_ptr, pos, cs_s0, half, rotary_dim, store,
-                  IS_NEOX: tl.constexpr):
-    """Row b's new k (rotated) and v of the program's kv heads in the pool's dtype, written into the
-    pool at `slot` where `store` (an int, nonzero: store); returned for `fold_new_token`."""
-    k = rope_load(kn_ptr + b * kn_s0, (kv0 + k_kv) * head_dim + d, d, k_ok, cs_ptr, pos, cs_s0, half, rotary_dim,
-                  IS_NEOX).to(k_buf_ptr.dtype.element_ty)
-    tl.store(k_buf_ptr + slot * kb_s0 + k_off, k, mask=k_ok & (k_kv * 0 + store != 0))
-    v = tl.load(vn_ptr + b * vn_s0 + (kv0 + v_kv) * v_head_dim + dv, mask=v_ok, other=0.0).to(v_buf_ptr.dtype.element_ty)
-    tl.store(v_buf_ptr + slot * vb_s0 + v_off, v, mask=v_ok & (v_kv * 0 + store != 0))
-    return k, v
-
-
-@triton.jit
-def fold_new_token(acc, m, l, q, k, v, sm_scale, take):
-    """One more token in the online softmax of `_attend_*` (acc [H, W], running max m and sum l): key k
-    and value v (rows of the program's heads side by side; q is block-diagonal, so each q row scores its
-    own head), for the q rows where `take`. Rounded where the tile loop's dots round."""
-    s = tl.sum(q.to(tl.float32) * k.to(q.dtype).to(tl.float32)[None, :], axis=1) * sm_scale
-    s = tl.where(take, s, float("-inf"))
-    m_new = tl.maximum(m, s)
-    alpha = tl.exp(m - m_new)
-    p = tl.exp(s - m_new)
-    acc = acc * alpha[:, None] + p.to(q.dtype).to(tl.float32)[:, None] * v.to(q.dtype).to(tl.float32)[None, :]
-    return acc, m_new, l * alpha + p
