@@ -127,7 +127,8 @@ def print_step_profile(info: dict) -> None:
           f"{st['decode_batch_size_sum'] / max(1, dec):.1f}, max {st['max_decode_batch_size']}); "
           f"prefill {st['prefill_wall_s']:.1f} s in {pre} batches ({st['prefill_new_tokens']} tokens, "
           f"{st['prefill_new_tokens'] / max(1e-9, st['prefill_wall_s']):.0f} tok/s); "
-          f"retractions {st.get('num_retractions', 0)}", flush=True)
+          f"retractions {st.get('num_retractions', 0)}; prefills beside decode {st.get('prefills_beside_decode', 0)}",
+          flush=True)
 
 
 def print_table(results: list[Result], args: argparse.Namespace, server_args: ServerArgs) -> None:

@@ -109,7 +109,7 @@ class CudaGraphRunner:
             self.out_cache_loc[bs:padded].zero_()
             self.seq_lens[bs:padded].fill_(1)
             self.req_pool_indices[bs:padded].zero_()
-        # one multi-tensor copy kernel for the five inputs (five launches and their gaps took ~15 us a step)
+        # the five inputs in one multi-tensor copy kernel instead of five copy launches
         torch._foreach_copy_(self._input_views(bs), [
             forward_batch.input_ids, forward_batch.positions, forward_batch.req_pool_indices, forward_batch.seq_lens,
             forward_batch.out_cache_loc])
