@@ -128,13 +128,11 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512) ;;
-    offline_ci_x)  # SGLang's CI workload with extra flags: OFFLINE_FLAGS (e.g. --enable-mixed-chunk); OFFLINE_TAG names the log
-            step offline_ci_${OFFLINE_TAG:-x} 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+    offline_ci|offline_ci_x)  # offline_ci_x: with OFFLINE_FLAGS (extra flags), logged as offline_ci_$OFFLINE_TAG
+            name=offline_ci; [ $what = offline_ci_x ] && name=offline_ci_${OFFLINE_TAG:-x}
+            step $name 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ${OFFLINE_FLAGS:-} ;;
-    offline_ci) step offline_ci 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
-                 --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
-                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ;;
     shared_prefix|shared_prefix_radix) flags=("" "--disable-radix-cache"); [ $what = shared_prefix_radix ] && flags=("")
                for flag in "${flags[@]}"; do
                  step "shared_prefix${flag//-/_}" 240 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
