@@ -489,6 +489,9 @@ OCCUPANCY_CONFIGS = [{}, {"MID_OCCUPANCY": 2}, {"MID_OCCUPANCY": 4}, {"MID_OCCUP
 
 
 # (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
+# the fused merge (the last split program merges) up to 8 or 32 grid splits; MERGE_UNROLL 0 = the online merge
+MERGE_CONFIGS = [{"MERGE_UNROLL": 0}, {}, {"FUSED_MERGE_MAX_SPLITS": 32}, {"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": 8},
+                 {"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": 2}, {"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": 0}]
 FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
                     (64, 4, 3, True, 1, True), (128, 4, 3, True, 1, True), (64, 4, 2, True, 1, True),
                     (64, 4, 4, True, 1, True), (64, 2, 3, False, 1, True), (64, 8, 3, True, 1, True),
@@ -512,8 +515,14 @@ def main() -> None:
                         help="only the decode kernel's launch order (longest first, a row's heads side by side)")
     parser.add_argument("--occupancy-only", action="store_true",
                         help="only split programs per SM and the fused merge's reach on --decode (bf16 and fp8 pools)")
+    parser.add_argument("--merge-only", action="store_true",
+                        help="only the fused merge's reach and unroll on --decode (bf16 and fp8 pools)")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.merge_only:
+        run_decode_order(decode_cases(args.decode), False, MERGE_CONFIGS)
+        run_decode_order(decode_cases(args.decode), True, MERGE_CONFIGS[:3])
+        return
     if args.occupancy_only:
         run_decode_order(decode_cases(args.decode), False, OCCUPANCY_CONFIGS)
         run_decode_order(decode_cases(args.decode), True, OCCUPANCY_CONFIGS)

@@ -2,7 +2,8 @@
 
 Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
-`decode_attention_fwd` (flash-decoding, KV splits per request computed on the device). Outside
+`decode_attention_fwd` (flash-decoding; the kernels count each request's KV splits from its
+length, cascade batches' splits are computed on the device from the context past the prefix). Outside
 cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
 them and stores the new k/v itself, one launch per layer instead of two. Decode
 batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
@@ -12,9 +13,9 @@ so that a long context does not run on alone after the short ones.
 
 CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (splits per
 request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
-the metadata at them for the batch being captured; `init_forward_metadata_in_graph` computes
-the splits from the graph's static `seq_lens` inside the graph, so a replay launches nothing
-else. No step of the decode path reads a device value on the host.
+the metadata at them for the batch being captured; `init_forward_metadata_in_graph` records
+the planning (cascade blocks and splits, launch order) from the graph's static `seq_lens` inside
+the graph, so a replay launches nothing else. No step of the decode path reads a device value on the host.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ CASCADE_MIN_BS = 16  # smaller decode batches skip the grouping (its ~20 small l
 
 @dataclass
 class DecodeMetadata:
-    num_kv_splits: torch.Tensor  # int32 [bs]
+    num_kv_splits: Optional[torch.Tensor]  # int32 [bs] (cascade batches); None: from the lengths, in the kernel
     attn_logits: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS, Dv]
     attn_lse: torch.Tensor  # float32 [>=bs, Hq, MAX_KV_SPLITS]
     order: Optional[torch.Tensor] = None  # int64 [bs] launch order: prefix-sharing rows side by side, or
@@ -115,13 +116,12 @@ class TritonAttnBackend(AttentionBackend):
             own = seq_lens - meta.cascade.pre_len
             # the shared prefixes are the cascade kernel's, so the rest can start longest first
             meta.order = self.kernel.longest_first_order(own, out=order_out) if self.longest_first else None
-        else:
+            meta.num_kv_splits = self.kernel.compute_num_kv_splits(own, self.num_kv_heads, self._split_cap(True),
+                                                                   self.num_sms, out=splits_out,
+                                                                   heads_per_program=self._heads_per_program())
+        else:  # the decode kernels count each request's splits from its length (no launch for them)
             meta.order = self._order(forward_batch, out=order_out)
-            own = seq_lens
-        meta.num_kv_splits = self.kernel.compute_num_kv_splits(own, self.num_kv_heads,
-                                                               self._split_cap(meta.cascade is not None),
-                                                               self.num_sms, out=splits_out,
-                                                               heads_per_program=self._heads_per_program())
+            meta.num_kv_splits = None
 
     def _split_cap(self, cascade: bool) -> int:
         """Split slots of the scratch a request's own context may use (the cascade reserves some)."""

@@ -77,10 +77,13 @@ SMALL_BS = 4  # batches of at most this many rows use the knobs below (0: never)
 SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  # by fp8: BLOCK_N, warps,
 # stages, K/V on the left, slots ahead
 # the last split program of a (row, head group) merges the splits instead of a second kernel, when the
-# grid has 2..FUSED_MERGE_MAX_SPLITS splits (its merge is a serial loop: at 32 splits it lost, 1 x 4096
-# 16.7 against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us)
+# grid has 2..FUSED_MERGE_MAX_SPLITS splits (the online serial merge lost at 32 splits, 1 x 4096 16.7
+# against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us). MERGE_UNROLL > 0: the merge takes
+# the splits' max log-sum-exp first, then sums the partials MERGE_UNROLL loads at a time (no dependency
+# between a chunk's loads); 0: the online merge, one split after another.
 FUSED_MERGE = True
 FUSED_MERGE_MAX_SPLITS = 8
+MERGE_UNROLL = 0
 
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
@@ -125,6 +128,20 @@ def _occupancy_from_env(value: str) -> tuple[int, int]:
     return occupancy, mid
 
 
+def _merge_from_env(value: str) -> tuple[int, int]:
+    """FUSED_MERGE_MAX_SPLITS,MERGE_UNROLL from RADIXLM_KERNEL_DECODE_MERGE (two integers >= 0)."""
+    try:
+        max_splits, unroll = (int(x) for x in value.split(","))
+        if max_splits < 0 or unroll < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RADIXLM_KERNEL_DECODE_MERGE must be FUSED_MERGE_MAX_SPLITS,MERGE_UNROLL (two integers "
+                         f">= 0), got {value!r}") from None
+    return max_splits, unroll
+
+
+if os.environ.get("RADIXLM_KERNEL_DECODE_MERGE"):  # the fused merge's reach and unroll, for A/B runs
+    FUSED_MERGE_MAX_SPLITS, MERGE_UNROLL = _merge_from_env(os.environ["RADIXLM_KERNEL_DECODE_MERGE"])
 if os.environ.get("RADIXLM_KERNEL_DECODE_OCCUPANCY"):  # split programs per SM, for A/B runs
     OCCUPANCY, MID_OCCUPANCY = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
@@ -146,7 +163,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
                          count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
-                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr):
+                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, BLOCK_S: tl.constexpr,
+                         MERGE_UNROLL: tl.constexpr, min_split, grid_splits, SPLITS_FROM_LEN: tl.constexpr):
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -156,10 +174,10 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
     else:
         b = pid_b.to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
-    num_splits = tl.load(splits_ptr + b).to(tl.int32)
     ctx_start = 0
     if CASCADE:  # [0, P) is the cascade prefix kernel's
         ctx_start = tl.load(pre_len_ptr + b).to(tl.int32)
+    num_splits = _row_splits(splits_ptr, b, seq_len - ctx_start, min_split, grid_splits, SPLITS_FROM_LEN)
     split_len = tl.cdiv(seq_len - ctx_start, num_splits)
     start = ctx_start + split * split_len
     end = tl.minimum(start + split_len, seq_len)
@@ -216,7 +234,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                 if arrived == active - 1:
                     tl.store(counter, 0)  # ready for the next launch (the next layer, the next replay)
                     merged, lse = _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, SPLIT_BASE,
-                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV)
+                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV,
+                                                BLOCK_S, MERGE_UNROLL)
                     if CASCADE:
                         merged = _fold_prefix(merged, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
                                               tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2,
@@ -226,19 +245,43 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
 
 
 @triton.jit
+def _row_splits(splits_ptr, b, own_len, min_split, grid_splits, FROM_LEN: tl.constexpr):
+    """Row b's split count: from `splits_ptr`, or (FROM_LEN) what `compute_num_kv_splits` gives for
+    `own_len` tokens under a grid of `grid_splits` (`min_split`: MIN_SPLIT_LEN)."""
+    if FROM_LEN:
+        return tl.minimum(tl.maximum(tl.cdiv(own_len, min_split), 1), grid_splits)
+    return tl.load(splits_ptr + b).to(tl.int32)
+
+
+@triton.jit
 def _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, base, n, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1,
-                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
-    """The normalized merge of split partials in slots [base, base + n) of row b, and its log-sum-exp.
-    Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
-    num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
-    den = tl.zeros([BLOCK_H], dtype=tl.float32)
-    mx = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
-    for s in range(0, n):
-        lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base + s, mask=h_mask, other=-1e30,
-                        cache_modifier=".cg")
-        o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (base + s) * mo_s2 + dv[None, :], mask=o_mask,
-                      other=0.0, cache_modifier=".cg")
-        num, den, mx = _combine(num, den, mx, o_s, lse_s)
+                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_S: tl.constexpr, UNROLL: tl.constexpr):
+    """The normalized merge of split partials in slots [base, base + n) of row b (n <= BLOCK_S), and its
+    log-sum-exp. Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
+    lse_row = mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base
+    o_row = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + base * mo_s2 + dv[None, :]
+    if UNROLL == 0:  # online: one split after another, each load waits for the last one's use
+        num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
+        den = tl.zeros([BLOCK_H], dtype=tl.float32)
+        mx = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
+        for s in range(0, n):
+            lse_s = tl.load(lse_row + s, mask=h_mask, other=-1e30, cache_modifier=".cg")
+            o_s = tl.load(o_row + s * mo_s2, mask=o_mask, other=0.0, cache_modifier=".cg")
+            num, den, mx = _combine(num, den, mx, o_s, lse_s)
+    else:  # the max first, then UNROLL independent partial loads at a time
+        sl = tl.arange(0, BLOCK_S)
+        lse_all = tl.load(lse_row[:, None] + sl[None, :], mask=h_mask[:, None] & (sl[None, :] < n), other=-1e30,
+                          cache_modifier=".cg")
+        mx = tl.max(lse_all, axis=1)
+        den = tl.sum(tl.where(sl[None, :] < n, tl.exp(lse_all - mx[:, None]), 0.0), axis=1)
+        num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
+        zero = heads * 0  # the per-head masks below as tensors
+        for s0 in range(0, n, UNROLL):
+            for j in tl.static_range(UNROLL):
+                ok = zero + (s0 + j) < n
+                lse_s = tl.load(lse_row + s0 + j, mask=h_mask & ok, other=-1e30, cache_modifier=".cg")
+                o_s = tl.load(o_row + (s0 + j) * mo_s2, mask=o_mask & ok[:, None], other=0.0, cache_modifier=".cg")
+                num += o_s * tl.where(ok, tl.exp(lse_s - mx), 0.0)[:, None]
     den = tl.where(den > 0, den, 1.0)
     return num / den[:, None], mx + tl.log(den)
 
@@ -366,14 +409,15 @@ def _combine(num, den, mx, o_s, lse_s):
 @triton.jit
 def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
-                         BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr):
+                         BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split, grid_splits,
+                         SPLITS_FROM_LEN: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
-    num_splits = tl.load(splits_ptr + b).to(tl.int32)
     s = tl.arange(0, BLOCK_S)
     if CASCADE:  # slots [0, SPLIT_BASE) hold the prefix [0, P); the request's own splits follow
         prefix = tl.load(pre_len_ptr + b).to(tl.int32)
+        num_splits = _row_splits(splits_ptr, b, seq_len - prefix, min_split, grid_splits, SPLITS_FROM_LEN)
         n_pre = tl.load(n_pre_ptr + b).to(tl.int32)
         pre_split = tl.cdiv(prefix, tl.maximum(n_pre, 1))
         own = s - SPLIT_BASE
@@ -381,6 +425,7 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
         valid = tl.where(s < SPLIT_BASE, (s < n_pre) & (s * pre_split < prefix),
                          (own >= 0) & (own < num_splits) & (own * split_len < seq_len - prefix))
     else:
+        num_splits = _row_splits(splits_ptr, b, seq_len, min_split, grid_splits, SPLITS_FROM_LEN)
         split_len = tl.cdiv(seq_len, num_splits)
         valid = (s < num_splits) & (s * split_len < seq_len)
     dv = tl.arange(0, BLOCK_DV)
@@ -460,7 +505,7 @@ def _as_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, o: torch.Tensor,
                          req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                         num_kv_splits: Union[torch.Tensor, int], sm_scale: float,
+                         num_kv_splits: Union[torch.Tensor, int, None], sm_scale: float,
                          max_kv_splits: Optional[int] = None, attn_logits: Optional[torch.Tensor] = None,
                          attn_lse: Optional[torch.Tensor] = None, order: Optional[torch.Tensor] = None,
                          cascade: Optional["CascadePlan"] = None, num_sms: Optional[int] = None,
@@ -468,9 +513,10 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     """One new token per request attends to its whole context; writes `o`.
 
     q `[bs, Hq*D]` or `[bs, Hq, D]`; k/v_buffer `[slots, Hk, D/Dv]`; o `[bs, Hq*Dv]` or `[bs, Hq, Dv]`;
-    num_kv_splits: int32 [bs] device tensor (see `compute_num_kv_splits`) or one int for all;
-    max_kv_splits: the grid's split dimension (defaults to the int, else 16; must be >= every
-    num_kv_splits[b]; with 1, stage 1 writes `o` directly and the merge is skipped); attn_logits
+    num_kv_splits: int32 [bs] device tensor (see `compute_num_kv_splits`), one int for all, or None:
+    the kernels then give each request what `compute_num_kv_splits` would under this grid (no launch
+    to compute them); max_kv_splits: the grid's split dimension (defaults to the int, else 16; must
+    be >= every num_kv_splits[b]; with 1, stage 1 writes `o` directly and the merge is skipped); attn_logits
     `[>=bs, Hq, max_kv_splits, Dv]` and attn_lse `[>=bs, Hq, max_kv_splits]` float32 are the
     scratch buffers (pass static ones under a CUDA graph; allocated when None). `order` (a
     permutation of the batch rows, see `prefix_order` and `longest_first_order`) sets the order in
@@ -494,6 +540,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         max_kv_splits = max_kv_splits or num_kv_splits
         num_kv_splits = torch.full((bs,), num_kv_splits, dtype=torch.int32, device=q.device)
     max_kv_splits = max_kv_splits or 16
+    from_len = num_kv_splits is None
+    splits_arg = seq_lens if from_len else num_kv_splits
     if bs == 0:
         return
     if rope is not None:
@@ -537,7 +585,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         raise ValueError(f"split_counters {tuple(split_counters.shape)} {split_counters.dtype} do not fit bs {bs}, "
                          f"{groups} head groups (int32, zeros between launches)")
     _decode_split_kernel[grid](
-        q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, num_kv_splits, attn_logits, attn_lse,
+        q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, splits_arg, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
         v_buffer.stride(1), req_to_token.stride(0), attn_logits.stride(0), attn_logits.stride(1),
         attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3, o3.stride(0), o3.stride(1),
@@ -548,15 +596,17 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         SWAP_AB=swap, SLOTS_AHEAD=ahead,
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
-        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens), num_warps=warps,
-        num_stages=stages)
+        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens),
+        BLOCK_S=next_power_of_2(max_kv_splits), MERGE_UNROLL=MERGE_UNROLL, min_split=MIN_SPLIT_LEN,
+        grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, num_warps=warps, num_stages=stages)
     if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
-        attn_logits, attn_lse, o3, seq_lens, num_kv_splits, pre_len, n_pre, attn_logits.stride(0),
+        attn_logits, attn_lse, o3, seq_lens, splits_arg, pre_len, n_pre, attn_logits.stride(0),
         attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0),
         o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
-        CASCADE=cascade is not None, SPLIT_BASE=base, num_warps=4)
+        CASCADE=cascade is not None, SPLIT_BASE=base, min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits,
+        SPLITS_FROM_LEN=from_len, num_warps=4)
 
 
 def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:

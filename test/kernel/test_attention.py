@@ -114,6 +114,72 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
+@pytest.mark.parametrize("unroll", [0, 1, 3, 4])
+def test_fused_merge_many_splits(device: str, dtype: torch.dtype, tol: dict, unroll: int,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused merge over up to 13 splits (a grid of 13, under a FUSED_MERGE_MAX_SPLITS of 16): rows
+    with 1, 3, 7 and 13 splits holding tokens, merged online (MERGE_UNROLL 0) or max first and the
+    partials summed UNROLL loads at a time (3 does not divide 13): the reference's output, twice."""
+    import radixlm_kernel.decode_attention as dec
+
+    monkeypatch.setattr(dec, "FUSED_MERGE_MAX_SPLITS", 16)
+    monkeypatch.setattr(dec, "MERGE_UNROLL", unroll)
+    torch.manual_seed(7)
+    kv_heads, group, head_dim, seq_lens = 2, 4, 64, [1, 37, 90, 700]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    o, ref = torch.full_like(q, float("nan")), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    counters = torch.zeros(bs, kv_heads, dtype=torch.int32, device=device)
+    for _ in range(2):
+        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 13, head_dim ** -0.5,
+                             split_counters=counters)
+        assert counters.abs().sum().item() == 0  # the merge ran (the last program resets its counter)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
+@pytest.mark.parametrize("grid,fused_merge", [(1, True), (8, True), (16, False), (16, True)])
+def test_splits_from_lengths(device: str, dtype: torch.dtype, tol: dict, grid: int, fused_merge: bool,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """num_kv_splits=None: the kernels count each request's splits from its length, and the output is
+    bitwise the one `compute_num_kv_splits` gives under the same grid (merged by the second kernel at
+    16 splits unless the fused merge reaches 16)."""
+    import radixlm_kernel.decode_attention as dec
+
+    monkeypatch.setattr(dec, "FUSED_MERGE_MAX_SPLITS", 16 if fused_merge else 8)
+    torch.manual_seed(8)
+    kv_heads, group, head_dim, seq_lens = 2, 4, 64, [1, 64, 65, 300, 1100]
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    splits = compute_num_kv_splits(lens, kv_heads, max_kv_splits=grid, num_sms=1000)
+    assert splits.max().item() == grid
+    outs = []
+    for arg in (splits, None):
+        o = torch.full_like(q, float("nan"))
+        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, arg, head_dim ** -0.5,
+                             max_kv_splits=grid)
+        outs.append(o)
+    assert torch.equal(outs[0], outs[1])
+    ref = torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(outs[1], ref.view(bs, -1), **tol)
+
+
+def test_merge_from_env() -> None:
+    """RADIXLM_KERNEL_DECODE_MERGE's value: FUSED_MERGE_MAX_SPLITS,MERGE_UNROLL, else an error naming it."""
+    from radixlm_kernel.decode_attention import _merge_from_env
+
+    assert _merge_from_env("32,4") == (32, 4)
+    assert _merge_from_env("8,0") == (8, 0)
+    for bad in ("8", "8,-1", "a,4", "1,2,3"):
+        with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_MERGE must be"):
+            _merge_from_env(bad)
+
+
 @pytest.mark.parametrize("swap", [False, True], ids=["q-left", "kv-left"])
 def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict, swap: bool,
                                       monkeypatch: pytest.MonkeyPatch) -> None:

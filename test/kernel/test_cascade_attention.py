@@ -93,10 +93,12 @@ def test_plan_groups_shared_prefixes(device: str) -> None:
 
 
 @pytest.mark.parametrize("group", [1, 4])
-@pytest.mark.parametrize("max_splits,prefix_split_len", [(1, 512), (4, 512), (1, 16), (4, 24)])
+@pytest.mark.parametrize("max_splits,prefix_split_len,from_len", [(1, 512, False), (4, 512, False), (1, 16, False),
+                                                                  (4, 24, False), (4, 24, True)])
 def test_cascade_matches_reference(device: str, dtype: torch.dtype, tol: dict, group: int, max_splits: int,
-                                   prefix_split_len: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Prefix split lengths of 16 and 24 give the shared prefixes (16, 40, 70 tokens) 1 to 3 splits."""
+                                   prefix_split_len: int, from_len: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefix split lengths of 16 and 24 give the shared prefixes (16, 40, 70 tokens) 1 to 3 splits;
+    `from_len`: the kernels count each request's own splits themselves (num_kv_splits=None)."""
     monkeypatch.setattr(cascade_attention, "PREFIX_SPLIT_LEN", prefix_split_len)
     torch.manual_seed(1)
     r2t, rows, lens, _ = _batch(device)
@@ -107,7 +109,7 @@ def test_cascade_matches_reference(device: str, dtype: torch.dtype, tol: dict, g
     plan = cascade_plan(r2t, rows, lens, members=members_per_block(group), min_shared=MIN_SHARED)
     assert plan.n_pre.max().item() == min(PREFIX_SPLITS, -(-70 // prefix_split_len))
     own = lens - plan.pre_len.long()
-    splits = compute_num_kv_splits(own, KV_HEADS, max_splits, num_sms=64)
+    splits = None if from_len else compute_num_kv_splits(own, KV_HEADS, max_splits, num_sms=64)
     o = torch.full_like(q, float("nan"))
     decode_attention_fwd(q, k_buf, v_buf, o, r2t, rows, lens, splits, HEAD_DIM ** -0.5, max_kv_splits=max_splits,
                          cascade=plan, num_sms=4)
