@@ -489,9 +489,8 @@ OCCUPANCY_CONFIGS = [{}, {"MID_OCCUPANCY": 2}, {"MID_OCCUPANCY": 4}, {"MID_OCCUP
 
 
 # (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
-# the fused merge (the last split program merges) up to 8 or 32 grid splits; MERGE_UNROLL 0 = the online merge
-MERGE_CONFIGS = [{"MERGE_UNROLL": 0}, {}, {"FUSED_MERGE_MAX_SPLITS": 32}, {"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": 8},
-                 {"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": 2}, {"FUSED_MERGE_MAX_SPLITS": 32, "MERGE_UNROLL": 0}]
+# the fused merge (the last split program merges) up to 8 (the default) or 32 grid splits
+MERGE_CONFIGS = [{}, {"FUSED_MERGE_MAX_SPLITS": 32}]
 FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
                     (64, 4, 3, True, 1, True), (128, 4, 3, True, 1, True), (64, 4, 2, True, 1, True),
                     (64, 4, 4, True, 1, True), (64, 2, 3, False, 1, True), (64, 8, 3, True, 1, True),
@@ -521,7 +520,7 @@ def main() -> None:
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.merge_only:
         run_decode_order(decode_cases(args.decode), False, MERGE_CONFIGS)
-        run_decode_order(decode_cases(args.decode), True, MERGE_CONFIGS[:3])
+        run_decode_order(decode_cases(args.decode), True, MERGE_CONFIGS)
         return
     if args.occupancy_only:
         run_decode_order(decode_cases(args.decode), False, OCCUPANCY_CONFIGS)

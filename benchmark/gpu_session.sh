@@ -107,11 +107,6 @@ for what in "$@"; do
               grep -E '^ +[0-9.]+ us' "$OUT/blas_ab_$lt.log" | head -20); done ;;
     merge_sweep) step merge_sweep 300 python3 benchmark/gpu_kernel_sweep.py --merge-only \
                  --decode 1x256,1x1024,1x4096,2x2048,4x512,4x2048,8x2048,16x1024 ;;
-    merge_ab)  # the decode graph with the fused merge up to 8 splits, online (the old default), or up to MERGE_AB
-            for m in 8,0 ${MERGE_AB:-32,4}; do (export RADIXLM_KERNEL_DECODE_MERGE=$m
-              step "merge_ab_${m/,/_}" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
-                 --cuda-graph-max-bs 8 --decode 1x256,1x256,1x2048,4x2048 --prefill 1x0x256 --overlap 1x256,4x2048
-              grep -E '^ +[0-9.]+ us' "$OUT/merge_ab_${m/,/_}.log" | head -12); done ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \
                  test/kernel/test_activation.py test/kernel/test_rotary.py test/kernel/test_attention.py \
                  test/unit/layers/test_layers_cuda.py ;;

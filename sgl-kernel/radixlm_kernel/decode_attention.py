@@ -77,13 +77,11 @@ SMALL_BS = 4  # batches of at most this many rows use the knobs below (0: never)
 SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  # by fp8: BLOCK_N, warps,
 # stages, K/V on the left, slots ahead
 # the last split program of a (row, head group) merges the splits instead of a second kernel, when the
-# grid has 2..FUSED_MERGE_MAX_SPLITS splits (the online serial merge lost at 32 splits, 1 x 4096 16.7
-# against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us). MERGE_UNROLL > 0: the merge takes
-# the splits' max log-sum-exp first, then sums the partials MERGE_UNROLL loads at a time (no dependency
-# between a chunk's loads); 0: the online merge, one split after another.
+# grid has 2..FUSED_MERGE_MAX_SPLITS splits (its merge is a serial loop: at 32 splits it lost, 1 x 4096
+# 16.7 against 11.1 us; at bs 8 x 2048 with 5 it won, 27.0 against 32.0 us; thirteenth session: up to 32
+# splits lost at 1 x 1024-4096 and 2 x 2048 also with the max taken first and the loads unrolled)
 FUSED_MERGE = True
 FUSED_MERGE_MAX_SPLITS = 8
-MERGE_UNROLL = 0
 
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
@@ -128,20 +126,6 @@ def _occupancy_from_env(value: str) -> tuple[int, int]:
     return occupancy, mid
 
 
-def _merge_from_env(value: str) -> tuple[int, int]:
-    """FUSED_MERGE_MAX_SPLITS,MERGE_UNROLL from RADIXLM_KERNEL_DECODE_MERGE (two integers >= 0)."""
-    try:
-        max_splits, unroll = (int(x) for x in value.split(","))
-        if max_splits < 0 or unroll < 0:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"RADIXLM_KERNEL_DECODE_MERGE must be FUSED_MERGE_MAX_SPLITS,MERGE_UNROLL (two integers "
-                         f">= 0), got {value!r}") from None
-    return max_splits, unroll
-
-
-if os.environ.get("RADIXLM_KERNEL_DECODE_MERGE"):  # the fused merge's reach and unroll, for A/B runs
-    FUSED_MERGE_MAX_SPLITS, MERGE_UNROLL = _merge_from_env(os.environ["RADIXLM_KERNEL_DECODE_MERGE"])
 if os.environ.get("RADIXLM_KERNEL_DECODE_OCCUPANCY"):  # split programs per SM, for A/B runs
     OCCUPANCY, MID_OCCUPANCY = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
@@ -163,8 +147,8 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          KV_FP8: tl.constexpr, VIA_F16: tl.constexpr, SWAP_AB: tl.constexpr,
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
                          count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
-                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, BLOCK_S: tl.constexpr,
-                         MERGE_UNROLL: tl.constexpr, min_split, grid_splits, SPLITS_FROM_LEN: tl.constexpr):
+                         FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, min_split, grid_splits,
+                         SPLITS_FROM_LEN: tl.constexpr):
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -234,8 +218,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                 if arrived == active - 1:
                     tl.store(counter, 0)  # ready for the next launch (the next layer, the next replay)
                     merged, lse = _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, SPLIT_BASE,
-                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV,
-                                                BLOCK_S, MERGE_UNROLL)
+                                                active, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, BLOCK_H, HEADS * BLOCK_DV)
                     if CASCADE:
                         merged = _fold_prefix(merged, lse, mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask,
                                               tl.load(pre_len_ptr + b), tl.load(n_pre_ptr + b), mo_s0, mo_s1, mo_s2,
@@ -255,33 +238,18 @@ def _row_splits(splits_ptr, b, own_len, min_split, grid_splits, FROM_LEN: tl.con
 
 @triton.jit
 def _merge_splits(mid_o_ptr, mid_lse_ptr, b, heads, h_mask, dv, o_mask, base, n, mo_s0, mo_s1, mo_s2, ml_s0, ml_s1,
-                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_S: tl.constexpr, UNROLL: tl.constexpr):
-    """The normalized merge of split partials in slots [base, base + n) of row b (n <= BLOCK_S), and its
-    log-sum-exp. Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
-    lse_row = mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base
-    o_row = mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + base * mo_s2 + dv[None, :]
-    if UNROLL == 0:  # online: one split after another, each load waits for the last one's use
-        num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
-        den = tl.zeros([BLOCK_H], dtype=tl.float32)
-        mx = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
-        for s in range(0, n):
-            lse_s = tl.load(lse_row + s, mask=h_mask, other=-1e30, cache_modifier=".cg")
-            o_s = tl.load(o_row + s * mo_s2, mask=o_mask, other=0.0, cache_modifier=".cg")
-            num, den, mx = _combine(num, den, mx, o_s, lse_s)
-    else:  # the max first, then UNROLL independent partial loads at a time
-        sl = tl.arange(0, BLOCK_S)
-        lse_all = tl.load(lse_row[:, None] + sl[None, :], mask=h_mask[:, None] & (sl[None, :] < n), other=-1e30,
-                          cache_modifier=".cg")
-        mx = tl.max(lse_all, axis=1)
-        den = tl.sum(tl.where(sl[None, :] < n, tl.exp(lse_all - mx[:, None]), 0.0), axis=1)
-        num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
-        zero = heads * 0  # the per-head masks below as tensors
-        for s0 in range(0, n, UNROLL):
-            for j in tl.static_range(UNROLL):
-                ok = zero + (s0 + j) < n
-                lse_s = tl.load(lse_row + s0 + j, mask=h_mask & ok, other=-1e30, cache_modifier=".cg")
-                o_s = tl.load(o_row + (s0 + j) * mo_s2, mask=o_mask & ok[:, None], other=0.0, cache_modifier=".cg")
-                num += o_s * tl.where(ok, tl.exp(lse_s - mx), 0.0)[:, None]
+                  BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """The normalized merge of split partials in slots [base, base + n) of row b, and its log-sum-exp.
+    Loads bypass L1 (`.cg`): other programs wrote these partials during this launch."""
+    num = tl.zeros([BLOCK_H, BLOCK_W], dtype=tl.float32)
+    den = tl.zeros([BLOCK_H], dtype=tl.float32)
+    mx = tl.full([BLOCK_H], -1e30, dtype=tl.float32)
+    for s in range(0, n):
+        lse_s = tl.load(mid_lse_ptr + b * ml_s0 + heads * ml_s1 + base + s, mask=h_mask, other=-1e30,
+                        cache_modifier=".cg")
+        o_s = tl.load(mid_o_ptr + b * mo_s0 + heads[:, None] * mo_s1 + (base + s) * mo_s2 + dv[None, :], mask=o_mask,
+                      other=0.0, cache_modifier=".cg")
+        num, den, mx = _combine(num, den, mx, o_s, lse_s)
     den = tl.where(den > 0, den, 1.0)
     return num / den[:, None], mx + tl.log(den)
 
@@ -409,8 +377,8 @@ def _combine(num, den, mx, o_s, lse_s):
 @triton.jit
 def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
-                         BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split, grid_splits,
-                         SPLITS_FROM_LEN: tl.constexpr):
+                         BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split,
+                         grid_splits, SPLITS_FROM_LEN: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
@@ -597,8 +565,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
         cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens),
-        BLOCK_S=next_power_of_2(max_kv_splits), MERGE_UNROLL=MERGE_UNROLL, min_split=MIN_SPLIT_LEN,
-        grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, num_warps=warps, num_stages=stages)
+        min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, num_warps=warps,
+        num_stages=stages)
     if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](

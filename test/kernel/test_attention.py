@@ -114,16 +114,12 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
-@pytest.mark.parametrize("unroll", [0, 1, 3, 4])
-def test_fused_merge_many_splits(device: str, dtype: torch.dtype, tol: dict, unroll: int,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fused_merge_many_splits(device: str, dtype: torch.dtype, tol: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused merge over up to 13 splits (a grid of 13, under a FUSED_MERGE_MAX_SPLITS of 16): rows
-    with 1, 3, 7 and 13 splits holding tokens, merged online (MERGE_UNROLL 0) or max first and the
-    partials summed UNROLL loads at a time (3 does not divide 13): the reference's output, twice."""
+    with 1, 3, 7 and 13 splits holding tokens: the reference's output, twice."""
     import radixlm_kernel.decode_attention as dec
 
     monkeypatch.setattr(dec, "FUSED_MERGE_MAX_SPLITS", 16)
-    monkeypatch.setattr(dec, "MERGE_UNROLL", unroll)
     torch.manual_seed(7)
     kv_heads, group, head_dim, seq_lens = 2, 4, 64, [1, 37, 90, 700]
     k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
@@ -167,17 +163,6 @@ def test_splits_from_lengths(device: str, dtype: torch.dtype, tol: dict, grid: i
     ref = torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
     decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
     torch.testing.assert_close(outs[1], ref.view(bs, -1), **tol)
-
-
-def test_merge_from_env() -> None:
-    """RADIXLM_KERNEL_DECODE_MERGE's value: FUSED_MERGE_MAX_SPLITS,MERGE_UNROLL, else an error naming it."""
-    from radixlm_kernel.decode_attention import _merge_from_env
-
-    assert _merge_from_env("32,4") == (32, 4)
-    assert _merge_from_env("8,0") == (8, 0)
-    for bad in ("8", "8,-1", "a,4", "1,2,3"):
-        with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_MERGE must be"):
-            _merge_from_env(bad)
 
 
 @pytest.mark.parametrize("swap", [False, True], ids=["q-left", "kv-left"])
