@@ -488,9 +488,10 @@ OCCUPANCY_CONFIGS = [{}, {"MID_OCCUPANCY": 2}, {"MID_OCCUPANCY": 4}, {"MID_OCCUP
                      {"OCCUPANCY": 3, "FUSED_MERGE_MAX_SPLITS": 16}, {"OCCUPANCY": 4}]
 
 
-# (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
 # the fused merge (the last split program merges) up to 8 (the default) or 32 grid splits
 MERGE_CONFIGS = [{}, {"FUSED_MERGE_MAX_SPLITS": 32}]
+
+# (BLOCK_N, warps, stages, K/V on the left, kv heads per program, slot ids one tile ahead)
 FP8_HEAD_CONFIGS = [(64, 4, 3, True, 2, False), (32, 4, 3, True, 2, False), (32, 4, 3, True, 4, False),
                     (64, 4, 3, True, 1, True), (128, 4, 3, True, 1, True), (64, 4, 2, True, 1, True),
                     (64, 4, 4, True, 1, True), (64, 2, 3, False, 1, True), (64, 8, 3, True, 1, True),
@@ -515,7 +516,7 @@ def main() -> None:
     parser.add_argument("--occupancy-only", action="store_true",
                         help="only split programs per SM and the fused merge's reach on --decode (bf16 and fp8 pools)")
     parser.add_argument("--merge-only", action="store_true",
-                        help="only the fused merge's reach and unroll on --decode (bf16 and fp8 pools)")
+                        help="only the fused merge's reach on --decode (bf16 and fp8 pools)")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.merge_only:

@@ -3,8 +3,8 @@
 Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
 `decode_attention_fwd` (flash-decoding; the kernels count each request's KV splits from its
-length, cascade batches' splits are computed on the device from the context past the prefix). Outside
-cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
+length; a cascade batch's splits are computed on the device from the context past the prefix).
+Outside cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
 them and stores the new k/v itself, one launch per layer instead of two. Decode
 batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
 (`cascade_plan`, on the device): a group's prefix K/V is read once per block of requests and
@@ -15,7 +15,8 @@ CUDA graphs (decode): `init_cuda_graph_state(max_bs)` allocates static buffers (
 request and the split-merge scratch); `init_forward_metadata_capture_cuda_graph` points
 the metadata at them for the batch being captured; `init_forward_metadata_in_graph` records
 the planning (cascade blocks and splits, launch order) from the graph's static `seq_lens` inside
-the graph, so a replay launches nothing else. No step of the decode path reads a device value on the host.
+the graph, so a replay launches nothing else. No step of the decode path reads a device value on
+the host.
 """
 
 from __future__ import annotations

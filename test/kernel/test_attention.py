@@ -43,6 +43,24 @@ def _check_decode(seq_lens: list[int], kv_heads: int, group: int, splits: int, d
     torch.testing.assert_close(o, ref.view(bs, -1), **tol)
 
 
+def _check_decode_twice(seq_lens: list[int], kv_heads: int, group: int, splits: int, device: str,
+                        dtype: torch.dtype, tol: dict, head_dim: int = 64) -> None:
+    """decode_attention_fwd launched twice on one split_counters buffer (each launch must leave it
+    zero for the next) against the reference."""
+    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
+    bs, hq = len(seq_lens), kv_heads * group
+    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
+    lens = torch.tensor(seq_lens, device=device)
+    o, ref = torch.full_like(q, float("nan")), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
+    counters = torch.zeros(bs, kv_heads, dtype=torch.int32, device=device)
+    for _ in range(2):
+        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5,
+                             split_counters=counters)
+        assert counters.abs().sum().item() == 0
+    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
+    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+
+
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("seq_lens,splits", [([1, 37, 130], 4), ([600, 5], None), ([300], 3), ([1, 37, 130], 1),
                                              ([600, 5], 1)])
@@ -99,19 +117,7 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     assert dec.kv_heads_per_program(kv_heads, dtype) == heads_per_program
     assert dec.kv_heads_per_program(1, dtype) == 1  # never more than the pool's heads, rounded up
     torch.manual_seed(4)
-    head_dim, group, seq_lens = 64, 4, [1, 37, 200]
-    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
-    bs, hq = len(seq_lens), kv_heads * group
-    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
-    lens = torch.tensor(seq_lens, device=device)
-    o, ref = torch.full_like(q, float("nan")), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
-    counters = torch.zeros(bs, kv_heads, dtype=torch.int32, device=device)
-    for _ in range(2):  # the second launch reuses the counters the first left at zero
-        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, splits, head_dim ** -0.5,
-                             split_counters=counters)
-        assert counters.abs().sum().item() == 0
-    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
-    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+    _check_decode_twice([1, 37, 200], kv_heads, 4, splits, device, dtype, tol)
 
 
 def test_fused_merge_many_splits(device: str, dtype: torch.dtype, tol: dict, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,19 +127,7 @@ def test_fused_merge_many_splits(device: str, dtype: torch.dtype, tol: dict, mon
 
     monkeypatch.setattr(dec, "FUSED_MERGE_MAX_SPLITS", 16)
     torch.manual_seed(7)
-    kv_heads, group, head_dim, seq_lens = 2, 4, 64, [1, 37, 90, 700]
-    k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
-    bs, hq = len(seq_lens), kv_heads * group
-    q = torch.randn(bs, hq * head_dim, device=device, dtype=dtype)
-    lens = torch.tensor(seq_lens, device=device)
-    o, ref = torch.full_like(q, float("nan")), torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
-    counters = torch.zeros(bs, kv_heads, dtype=torch.int32, device=device)
-    for _ in range(2):
-        decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 13, head_dim ** -0.5,
-                             split_counters=counters)
-        assert counters.abs().sum().item() == 0  # the merge ran (the last program resets its counter)
-    decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
-    torch.testing.assert_close(o, ref.view(bs, -1), **tol)
+    _check_decode_twice([1, 37, 90, 700], 2, 4, 13, device, dtype, tol)
 
 
 @pytest.mark.parametrize("grid,fused_merge", [(1, True), (8, True), (16, False), (16, True)])
