@@ -88,7 +88,7 @@ class TritonAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         if forward_batch.forward_mode.is_decode():
             bs = forward_batch.batch_size
-            meta = DecodeMetadata(forward_batch.seq_lens, *self._scratch(bs), split_counters=self._counters(bs))
+            meta = DecodeMetadata(None, *self._scratch(bs), split_counters=self._counters(bs))  # splits: planned below
             self._plan_decode(meta, forward_batch)
             self.forward_metadata = meta
             return
