@@ -105,6 +105,16 @@ for what in "$@"; do
               step "blas_ab_$lt" 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x2048,4x0x2048 --overlap 1x256,8x2048
               grep -E '^ +[0-9.]+ us' "$OUT/blas_ab_$lt.log" | head -20); done ;;
+    pdl_ab)  # programmatic dependent launch of our kernels (the default on sm90+) against RADIXLM_PDL=0
+            for pdl in 0 1; do (export RADIXLM_PDL=$pdl
+              step "pdl_ab_$pdl" 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x2048 --overlap 1x256,8x2048
+              grep -E '^ +[0-9.]+ us' "$OUT/pdl_ab_$pdl.log" | head -20); done ;;
+    pdl_tests) step pdl_tests 300 python3 -m pytest -q test/kernel/test_pdl.py test/kernel/test_norm.py \
+                 test/kernel/test_activation.py test/kernel/test_argmax.py test/kernel/test_attention.py \
+                 test/kernel/test_triton_backend.py test/kernel/test_decode_rope.py test/kernel/test_cascade_attention.py \
+                 test/unit/layers/test_layers_cuda.py ;;
+    gemm_layout) step gemm_layout 200 python3 benchmark/gpu_gemm_layout.py ;;
     merge_sweep) step merge_sweep 300 python3 benchmark/gpu_kernel_sweep.py --merge-only \
                  --decode 1x256,1x1024,1x4096,2x2048,4x512,4x2048,8x2048,16x1024 ;;
     kernels_rounding) step kernels_rounding 300 python3 -m pytest -q test/kernel/test_norm.py \

@@ -10,11 +10,16 @@ import torch
 import triton
 import triton.language as tl
 
+from radixlm_kernel.utils import pdl_args
+
 _BLOCK = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, inter, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, inter, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -34,5 +39,5 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if x.shape[0] == 0:
         return out
     grid = (x.shape[0], triton.cdiv(inter, _BLOCK))
-    _silu_and_mul_kernel[grid](x, out, x.stride(0), out.stride(0), inter, BLOCK=_BLOCK, num_warps=4)
+    _silu_and_mul_kernel[grid](x, out, x.stride(0), out.stride(0), inter, BLOCK=_BLOCK, num_warps=4, **pdl_args(x))
     return out

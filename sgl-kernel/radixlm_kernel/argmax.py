@@ -13,12 +13,18 @@ import torch
 import triton
 import triton.language as tl
 
+from radixlm_kernel.utils import pdl_args
+
 _CHUNK = 4096  # logits per first-stage program (16 KB of float32)
 _NUM_WARPS = 4
 
 
 @triton.jit
-def _chunk_max_kernel(x_ptr, val_ptr, idx_ptr, x_stride, vocab, num_chunks, CHUNK: tl.constexpr):
+def _chunk_max_kernel(x_ptr, val_ptr, idx_ptr, x_stride, vocab, num_chunks, CHUNK: tl.constexpr,
+                      USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     offs = chunk * CHUNK + tl.arange(0, CHUNK)
@@ -36,7 +42,10 @@ def _chunk_max_kernel(x_ptr, val_ptr, idx_ptr, x_stride, vocab, num_chunks, CHUN
 
 
 @triton.jit
-def _pick_chunk_kernel(val_ptr, idx_ptr, out_ptr, num_chunks, vocab, BLOCK: tl.constexpr):
+def _pick_chunk_kernel(val_ptr, idx_ptr, out_ptr, num_chunks, vocab, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < num_chunks
@@ -64,7 +73,7 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     vals = torch.empty((bs, num_chunks), dtype=torch.float32, device=logits.device)
     idxs = torch.empty((bs, num_chunks), dtype=torch.int32, device=logits.device)
     _chunk_max_kernel[(bs, num_chunks)](logits, vals, idxs, logits.stride(0), vocab, num_chunks, CHUNK=_CHUNK,
-                                        num_warps=_NUM_WARPS)
+                                        num_warps=_NUM_WARPS, **pdl_args(logits))
     _pick_chunk_kernel[(bs,)](vals, idxs, out, num_chunks, vocab, BLOCK=max(16, triton.next_power_of_2(num_chunks)),
-                              num_warps=1)
+                              num_warps=1, **pdl_args(logits))
     return out

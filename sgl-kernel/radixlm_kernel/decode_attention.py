@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
-from radixlm_kernel.utils import is_fp8, next_power_of_2
+from radixlm_kernel.utils import is_fp8, next_power_of_2, pdl_args
 
 if TYPE_CHECKING:
     from radixlm_kernel.cascade_attention import CascadePlan
@@ -148,7 +148,10 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
                          count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
                          FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, min_split, grid_splits,
-                         SPLITS_FROM_LEN: tl.constexpr):
+                         SPLITS_FROM_LEN: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -378,7 +381,10 @@ def _combine(num, den, mx, o_s, lse_s):
 def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
                          BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split,
-                         grid_splits, SPLITS_FROM_LEN: tl.constexpr):
+                         grid_splits, SPLITS_FROM_LEN: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     b = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)
@@ -566,7 +572,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         count_ptr=split_counters if fused_merge else seq_lens,
         cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens),
         min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, num_warps=warps,
-        num_stages=stages)
+        num_stages=stages, **pdl_args(q))
     if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
@@ -574,7 +580,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0),
         o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
         CASCADE=cascade is not None, SPLIT_BASE=base, min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits,
-        SPLITS_FROM_LEN=from_len, num_warps=4)
+        SPLITS_FROM_LEN=from_len, num_warps=4, **pdl_args(q))
 
 
 def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import next_power_of_2, num_warps_for
+from radixlm_kernel.utils import next_power_of_2, num_warps_for, pdl_args
 
 
 @triton.jit
@@ -25,7 +25,11 @@ def _store_normalized(out_ptr, out_stride, row, cols, mask, x, w_ptr, hidden, ep
 
 
 @triton.jit
-def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, hidden, eps, BLOCK: tl.constexpr):
+def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, hidden, eps, BLOCK: tl.constexpr,
+                    USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -34,7 +38,11 @@ def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, hidden, eps, BL
 
 
 @triton.jit
-def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, x_stride, res_stride, hidden, eps, BLOCK: tl.constexpr):
+def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, x_stride, res_stride, hidden, eps, BLOCK: tl.constexpr,
+                              USE_PDL: tl.constexpr):
+    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -59,7 +67,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return out
     block = next_power_of_2(x.shape[1])
     _rmsnorm_kernel[(x.shape[0],)](x, weight, out, x.stride(0), out.stride(0), x.shape[1], eps,
-                                   BLOCK=block, num_warps=num_warps_for(block))
+                                   BLOCK=block, num_warps=num_warps_for(block), **pdl_args(x))
     return out
 
 
@@ -73,4 +81,4 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         return
     block = next_power_of_2(x.shape[1])
     _fused_add_rmsnorm_kernel[(x.shape[0],)](x, residual, weight, x.stride(0), residual.stride(0), x.shape[1],
-                                             eps, BLOCK=block, num_warps=num_warps_for(block))
+                                             eps, BLOCK=block, num_warps=num_warps_for(block), **pdl_args(x))

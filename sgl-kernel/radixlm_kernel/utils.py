@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 
@@ -21,3 +23,35 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 def is_fp8(dtype: torch.dtype) -> bool:
     """An fp8 KV pool: kernels read it up to the query's dtype (fp8 is storage, not arithmetic)."""
     return dtype in FP8_DTYPES
+
+
+# ---- programmatic dependent launch (PDL, sm90+) ---------------------------------------------------------
+# A kernel launched with PDL may start while the kernel before it in the stream is still finishing: its
+# programs are placed on the SMs early and wait in `griddepcontrol.wait` (`gdc_wait`) until that kernel
+# has completed and its writes are visible. Each PDL kernel here waits before its first global read and
+# only then lets its own dependents start (`gdc_launch_dependents`), so when one starts, every kernel
+# before its predecessor has completed: the chain keeps stream order. RADIXLM_PDL=0 turns it off.
+_PDL_CACHE: dict[int, bool] = {}
+
+
+def _pdl_supported(device: torch.device) -> bool:
+    if os.environ.get("RADIXLM_PDL", "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+    except ImportError:
+        return False
+    if "launch_pdl" not in getattr(CUDAOptions, "__dataclass_fields__", {}):
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def pdl_args(x: torch.Tensor) -> dict:
+    """Launch arguments for a kernel with a `USE_PDL: tl.constexpr` parameter, for tensors on x's device."""
+    if x.device.type != "cuda":
+        return {"USE_PDL": False}
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if index not in _PDL_CACHE:
+        _PDL_CACHE[index] = _pdl_supported(x.device)
+    return {"USE_PDL": True, "launch_pdl": True} if _PDL_CACHE[index] else {"USE_PDL": False}
