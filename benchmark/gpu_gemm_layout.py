@@ -6,9 +6,9 @@
 same numbers as `W x^T`, a problem whose "M" is the weight's N, for which cuBLAS's heuristics may pick
 other kernels (GEMV-like ones at one column). `torch.mm(x, W^T, out_dtype=float32)` keeps cuBLAS's
 float32 result (a split-K GEMM may then skip its bf16 reduce kernel). At M = 1 there is also
-`torch.mv(W, x[0])`. Each case
-replays a graph of `--copies` calls over distinct weight copies (larger than L2 together, so the
-weights come from HBM as in a model step) and reports us per call and the weight-read bandwidth.
+`torch.mv(W, x[0])`. Each case replays a graph of `--copies` calls over distinct weight copies (larger
+than L2 together, so the weights come from HBM as in a model step) and reports us per call and the
+weight-read bandwidth.
 """
 
 from __future__ import annotations

@@ -10,16 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import pdl_args
+from radixlm_kernel.utils import pdl_args, pdl_begin
 
 _BLOCK = 1024
 
 
 @triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, inter, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter

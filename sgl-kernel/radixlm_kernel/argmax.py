@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import pdl_args
+from radixlm_kernel.utils import pdl_args, pdl_begin
 
 _CHUNK = 4096  # logits per first-stage program (16 KB of float32)
 _NUM_WARPS = 4
@@ -22,9 +22,7 @@ _NUM_WARPS = 4
 @triton.jit
 def _chunk_max_kernel(x_ptr, val_ptr, idx_ptr, x_stride, vocab, num_chunks, CHUNK: tl.constexpr,
                       USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     offs = chunk * CHUNK + tl.arange(0, CHUNK)
@@ -43,9 +41,7 @@ def _chunk_max_kernel(x_ptr, val_ptr, idx_ptr, x_stride, vocab, num_chunks, CHUN
 
 @triton.jit
 def _pick_chunk_kernel(val_ptr, idx_ptr, out_ptr, num_chunks, vocab, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < num_chunks

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
-from radixlm_kernel.utils import is_fp8, next_power_of_2, pdl_args
+from radixlm_kernel.utils import is_fp8, next_power_of_2, pdl_args, pdl_begin
 
 if TYPE_CHECKING:
     from radixlm_kernel.cascade_attention import CascadePlan
@@ -149,9 +149,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
                          FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, min_split, grid_splits,
                          SPLITS_FROM_LEN: tl.constexpr, USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
     else:  # grid (rows, head groups, splits)
@@ -382,9 +380,7 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
                          BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split,
                          grid_splits, SPLITS_FROM_LEN: tl.constexpr, USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     b = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)

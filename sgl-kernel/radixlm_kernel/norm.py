@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import next_power_of_2, num_warps_for, pdl_args
+from radixlm_kernel.utils import next_power_of_2, num_warps_for, pdl_args, pdl_begin
 
 
 @triton.jit
@@ -27,9 +27,7 @@ def _store_normalized(out_ptr, out_stride, row, cols, mask, x, w_ptr, hidden, ep
 @triton.jit
 def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, hidden, eps, BLOCK: tl.constexpr,
                     USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -40,9 +38,7 @@ def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, x_stride, out_stride, hidden, eps, BL
 @triton.jit
 def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, x_stride, res_stride, hidden, eps, BLOCK: tl.constexpr,
                               USE_PDL: tl.constexpr):
-    if USE_PDL:  # see radixlm_kernel.utils.pdl_args
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden

@@ -6,6 +6,7 @@ import os
 
 import torch
 import triton
+import triton.language as tl
 
 
 def next_power_of_2(n: int) -> int:
@@ -45,6 +46,15 @@ def _pdl_supported(device: torch.device) -> bool:
     if "launch_pdl" not in getattr(CUDAOptions, "__dataclass_fields__", {}):
         return False
     return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@triton.jit
+def pdl_begin(USE_PDL: tl.constexpr):
+    """A PDL kernel's first statement: wait for the kernel before it, then let the next one start (that
+    order is what keeps the chain in stream order, above); nothing when USE_PDL is off."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def pdl_args(x: torch.Tensor) -> dict:
