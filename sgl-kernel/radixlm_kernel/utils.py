@@ -35,8 +35,16 @@ def is_fp8(dtype: torch.dtype) -> bool:
 _PDL_CACHE: dict[int, bool] = {}
 
 
+def pdl_switch() -> bool:
+    """RADIXLM_PDL: 1 (the default) launches the kernels with PDL where the GPU supports it, 0 without."""
+    value = os.environ.get("RADIXLM_PDL", "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"RADIXLM_PDL must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def _pdl_supported(device: torch.device) -> bool:
-    if os.environ.get("RADIXLM_PDL", "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1":
+    if not pdl_switch() or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     try:
         from triton.backends.nvidia.compiler import CUDAOptions
