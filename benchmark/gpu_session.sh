@@ -110,6 +110,22 @@ for what in "$@"; do
               step "pdl_ab_$pdl" 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x2048 --overlap 1x256,8x2048
               grep -E '^ +[0-9.]+ us' "$OUT/pdl_ab_$pdl.log" | head -20); done ;;
+    gemv_pdl_ab)  # the bs-1 graph: cuBLAS (default) against the CUDA GEMVs, PDL off and per RADIXLM_CUDA_GEMV_PDL mode
+            for cfg in ${GEMV_PDL_CFGS:-cublas pdl_off mode1 mode2 mode3}; do (
+              case $cfg in
+                cublas) export RADIXLM_CUDA_GEMV_MAX_TOKENS=0 ;;
+                default) ;;
+                pdl_off) export RADIXLM_CUDA_GEMV_MAX_TOKENS=1 RADIXLM_PDL=0 ;;
+                mode*) export RADIXLM_CUDA_GEMV_MAX_TOKENS=1 RADIXLM_CUDA_GEMV_PDL=${cfg#mode} ;;
+                nolm*) export RADIXLM_CUDA_GEMV_MAX_TOKENS=1 RADIXLM_CUDA_GEMV_PDL=${cfg#nolm} \
+                         RADIXLM_CUDA_GEMV_OPS=qkv,o_proj,gate_up,down ;;
+              esac
+              step "gemv_pdl_ab_$cfg" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x256 --overlap 1x256
+              grep -E '^ +[0-9.]+ us' "$OUT/gemv_pdl_ab_$cfg.log" | head -7); done ;;
+    one_batch_cublas) (export RADIXLM_CUDA_GEMV_MAX_TOKENS=0  # one_batch_small with cuBLAS at every batch size
+              step one_batch_cublas 240 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size 1 8 --input-len 256 --output-len 256) ;;
     pdl_tests) step pdl_tests 300 python3 -m pytest -q test/kernel/test_pdl.py test/kernel/test_norm.py \
                  test/kernel/test_activation.py test/kernel/test_argmax.py test/kernel/test_attention.py \
                  test/kernel/test_triton_backend.py test/kernel/test_decode_rope.py test/kernel/test_cascade_attention.py \
@@ -172,7 +188,7 @@ for what in "$@"; do
             unset RADIXLM_PREFILL_BESIDE_DECODE ;;
     cuda_gemv) step cuda_gemv 400 python3 benchmark/gpu_cuda_gemv.py ${GEMV_M:+--m $GEMV_M}
                grep -E '^(LAUNCH|decode step|extension)' "$OUT/cuda_gemv.log" ;;
-    cuda_gemv_tests) step cuda_gemv_tests 300 python3 -m pytest -q test/kernel/test_cuda_gemv.py \
+    cuda_gemv_tests) step cuda_gemv_tests 300 python3 -m pytest -q test/kernel/test_cuda_gemv.py test/kernel/test_pdl.py \
                  test/unit/layers/test_fused_gemv_cuda.py ;;
     gemv_ab)  # the CUDA GEMVs end to end: off (cuBLAS + separate norm / SiLU kernels) against on (GEMV_AB_TOKENS)
             for tokens in 0 ${GEMV_AB_TOKENS:-1}; do (export RADIXLM_CUDA_GEMV_MAX_TOKENS=$tokens

@@ -28,11 +28,11 @@ logger = logging.getLogger(__name__)
 # H200; 0 disables. RADIXLM_FUSED_GEMV_MAX_TOKENS overrides it.
 FUSED_GEMV_MAX_TOKENS = min(16, environ.fused_gemv_max_tokens(0))
 # bf16 batches of at most this many tokens take the CUDA C++ GEMVs (`radixlm_kernel.cuda_gemv`, same entry
-# points, M <= 8) ahead of the Triton ones; RADIXLM_CUDA_GEMV_MAX_TOKENS=N turns them on. Off by default: on
-# the H200 (RESULTS.md, ninth session) the bs-1 graph took 4.458 ms with them against 4.390 ms with cuBLAS
-# and the separate norm / SiLU kernels (gate_up + norm + SiLU in one kernel: 63.1 us against 59.2 us), and
-# at M >= 2 they lose outright.
-CUDA_GEMV_MAX_TOKENS = environ.cuda_gemv_max_tokens(0)
+# points, M <= 8) ahead of the Triton ones; RADIXLM_CUDA_GEMV_MAX_TOKENS=N overrides it, 0 keeps cuBLAS. On
+# the H200 (RESULTS.md, fifteenth session) the bs-1 graph took 4.381 ms with them, launched with
+# programmatic dependent launch so that each starts loading its weights while the kernel before it ends,
+# against 4.547 ms with cuBLAS and the separate norm / SiLU kernels; at M >= 2 their CUDA-core FMAs lose.
+CUDA_GEMV_MAX_TOKENS = environ.cuda_gemv_max_tokens(1)
 # Which projections (the layers' `gemv_op`) take them; RADIXLM_CUDA_GEMV_OPS overrides it.
 CUDA_GEMV_OPS = environ.cuda_gemv_ops(",".join(environ.CUDA_GEMV_OP_NAMES))
 _cuda_gemv_ready = False

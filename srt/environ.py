@@ -78,7 +78,7 @@ def fused_gemv_max_tokens(default: int) -> int:
 def cuda_gemv_max_tokens(default: int) -> int:
     """RADIXLM_CUDA_GEMV_MAX_TOKENS=N: bf16 batches of at most N tokens (N <= 8) take the CUDA C++ GEMVs
     (`radixlm_kernel.cuda_gemv`: add + RMSNorm and SiLU-and-mul folded into the projections, no split-K) on
-    CUDA; 0 turns them off (for A/B runs)."""
+    CUDA; 0 turns them off (for A/B runs). Without a CUDA compiler the layers keep cuBLAS (one log line)."""
     value = _get("CUDA_GEMV_MAX_TOKENS", str(default))
     try:
         tokens = int(value)

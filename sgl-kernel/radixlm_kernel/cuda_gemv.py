@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch
 
+from radixlm_kernel.utils import pdl_on_gpu
+
 CSRC = os.path.join(os.path.dirname(__file__), "csrc")
 SOURCES = [os.path.join(CSRC, name) for name in
            ("gemv_binding.cpp", "gemv_plain.cu", "gemv_norm.cu", "gemv_norm_silu.cu")]
@@ -51,6 +53,26 @@ LAUNCH: dict[tuple[int, int, int], tuple[int, int]] = {
 
 _ext: Optional[ModuleType] = None
 load_error: Optional[str] = None
+
+
+PDL_LAUNCH, PDL_TRIGGER, PDL_TRIGGER_LATE = 1, 2, 4  # gemv.h's PdlBits
+# Measured in the bs-1 Llama-3.1-8B decode graph on an H200 (RESULTS.md, fifteenth session; GEMVs at M = 1):
+# 0 4.477 ms, 1 4.410, 2 4.482, 3 4.525, 4 4.428, 5 4.381 (cuBLAS 4.547). Releasing the next kernel right
+# after the wait (2, 3) lets the next GEMV's blocks take SMs and bandwidth the running one still needs.
+DEFAULT_PDL = PDL_LAUNCH | PDL_TRIGGER_LATE
+
+
+def pdl_bits(x: torch.Tensor) -> int:
+    """How the GEMV uses programmatic dependent launch where the GPU has it (`utils.pdl_on_gpu`):
+    RADIXLM_CUDA_GEMV_PDL is a sum of PDL_LAUNCH (1: launched with it, it starts early and loads weights
+    while the kernel before it ends), PDL_TRIGGER (2: it lets the next kernel start as soon as its own wait
+    is over) and PDL_TRIGGER_LATE (4: once its weights are read); 0 is off."""
+    if not pdl_on_gpu(x):
+        return 0
+    value = os.environ.get("RADIXLM_CUDA_GEMV_PDL", str(DEFAULT_PDL)).strip()
+    if value not in tuple("01234567"):
+        raise ValueError(f"RADIXLM_CUDA_GEMV_PDL must be an integer from 0 to 7, got {value!r}")
+    return int(value)
 
 
 def cache_dir() -> str:
@@ -167,7 +189,8 @@ def _run(prologue: int, x: torch.Tensor, w: torch.Tensor, k: int, bias: Optional
     if out_dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(f"out_dtype must be bfloat16 or float32, got {out_dtype}")
     y = torch.empty((x.shape[0], out_cols or w.shape[0]), dtype=out_dtype, device=x.device)
-    err = ext.fused_gemv(y, x, w, residual, residual_out, norm_weight, bias, prologue, eps, config, warps)
+    err = ext.fused_gemv(y, x, w, residual, residual_out, norm_weight, bias, prologue, eps, config, warps,
+                         pdl_bits(x))
     if err:
         raise RuntimeError(f"the CUDA GEMV launch failed with cudaError_t {err}")
     return y

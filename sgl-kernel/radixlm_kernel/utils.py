@@ -65,6 +65,20 @@ def pdl_begin(USE_PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
+_GPU_PDL_CACHE: dict[int, bool] = {}
+
+
+def pdl_on_gpu(x: torch.Tensor) -> bool:
+    """Whether a CUDA C++ kernel for tensors on x's device should launch with PDL (RADIXLM_PDL on, an
+    sm90+ GPU); Triton kernels also need Triton's support for it, so they use `pdl_args`."""
+    if x.device.type != "cuda" or not pdl_switch():
+        return False
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if index not in _GPU_PDL_CACHE:
+        _GPU_PDL_CACHE[index] = torch.cuda.get_device_capability(x.device)[0] >= 9
+    return _GPU_PDL_CACHE[index]
+
+
 def pdl_args(x: torch.Tensor) -> dict:
     """Launch arguments for a kernel with a `USE_PDL: tl.constexpr` parameter, for tensors on x's device."""
     if x.device.type != "cuda":

@@ -13,9 +13,11 @@ the host (flashinfer).
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import logging
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 
@@ -73,6 +75,10 @@ class CudaGraphRunner:
 
     @torch.inference_mode()
     def capture(self) -> None:
+        with _no_gc_during_capture():
+            self._capture_all()
+
+    def _capture_all(self) -> None:
         model = self.model_runner.model
         backend = self.model_runner.attn_backend
         for bs in reversed(self.capture_bs):  # largest first, so smaller graphs reuse its memory pool
@@ -123,3 +129,19 @@ class CudaGraphRunner:
         # replay overwrites the graph's own; the logits are read before that and stay a view
         return LogitsProcessorOutput(next_token_logits=out.next_token_logits[:bs],
                                      next_token_greedy_ids=out.next_token_greedy_ids[:bs].clone())
+
+
+@contextlib.contextmanager
+def _no_gc_during_capture() -> Iterator[None]:
+    """Collect dead objects first, then keep the cyclic collector off while capturing: a collection inside a
+    capture that frees an unreachable CUDA graph (an earlier runner's, say) destroys it, a call not permitted
+    while a stream captures, and the capture fails ("operation failed due to a previous error during
+    capture"; torch >= 2.10 no longer collects on entering `torch.cuda.graph`)."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

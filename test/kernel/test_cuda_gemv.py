@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import cuda_gemv
+from radixlm_kernel import cuda_gemv, utils
 from radixlm_kernel.reference import rmsnorm_ref
 
 HAS_CUDA = torch.cuda.is_available()
@@ -137,3 +137,80 @@ def test_layers_keep_cublas_without_cuda(monkeypatch: pytest.MonkeyPatch) -> Non
     x, w = torch.zeros(1, 64, dtype=torch.bfloat16), torch.zeros(32, 64, dtype=torch.bfloat16)
     assert kernel_dispatch.gemv_kernel_for(x, w) is None
     assert not cuda_gemv.supports(x, w)
+
+
+@pytest.fixture
+def pdl(monkeypatch: pytest.MonkeyPatch):
+    """Set RADIXLM_PDL and forget the cached per-device decisions (forgotten again afterwards)."""
+    def set_pdl(on: bool) -> None:
+        monkeypatch.setenv("RADIXLM_PDL", "1" if on else "0")
+        utils._PDL_CACHE.clear()
+        utils._GPU_PDL_CACHE.clear()
+
+    yield set_pdl
+    utils._PDL_CACHE.clear()
+    utils._GPU_PDL_CACHE.clear()
+
+
+def _layer_chain(x: torch.Tensor, res: torch.Tensor, ws: list[tuple[torch.Tensor, ...]], g: torch.Tensor) -> torch.Tensor:
+    """A decode layer's kernels as the CUDA GEMVs run them, per weight set: norm + qkv-like GEMV, our SiLU kernel,
+    a plain GEMV (o_proj-like), norm + gate_up + SiLU in one kernel, a plain GEMV (down-like); each reads what the
+    kernel before it wrote, and the residual threads through all of them."""
+    from radixlm_kernel.activation import silu_and_mul
+
+    for w_in, w_o, w_gu, w_down in ws:
+        y, res = cuda_gemv.rmsnorm_gemv(x, res, g, 1e-6, w_in)
+        x = cuda_gemv.linear_gemv(silu_and_mul(y), w_o)
+        act, res = cuda_gemv.rmsnorm_gemv_silu_mul(x, res, g, 1e-6, w_gu)
+        x = cuda_gemv.linear_gemv(act, w_down)
+    return x.float() + res.float()
+
+
+@pytest.mark.skipif(not (HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9), reason="PDL needs CUDA sm90+")
+@pytest.mark.parametrize("m,mode", [(1, 1), (1, 2), (1, 3), (1, 5), (3, 1), (3, 5)])
+def test_pdl_chain_in_graph_equals_plain_launches(ext: object, pdl, monkeypatch: pytest.MonkeyPatch, m: int,
+                                                  mode: int) -> None:
+    """With programmatic dependent launch each GEMV issues its first weight loads while the kernel before it
+    still runs; a 16-layer chain captured in a CUDA graph must give bitwise what plain launches give."""
+    torch.manual_seed(m)
+    hidden, inter = 1024, 1536
+    def weight(n: int, k: int) -> torch.Tensor:
+        return torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
+    ws = [(weight(2 * hidden, hidden), weight(hidden, hidden), weight(2 * inter, hidden), weight(hidden, inter))
+          for _ in range(16)]
+    g = torch.rand(hidden, device="cuda", dtype=torch.bfloat16) + 0.5
+    x0 = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16)
+    r0 = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16)
+
+    pdl(False)
+    assert cuda_gemv.pdl_bits(x0) == 0
+    plain = _layer_chain(x0.clone(), r0.clone(), ws, g)
+    pdl(True)
+    monkeypatch.setenv("RADIXLM_CUDA_GEMV_PDL", str(mode))
+    assert cuda_gemv.pdl_bits(x0) == mode
+    x, res = x0.clone(), r0.clone()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        _layer_chain(x.clone(), res.clone(), ws, g)  # compile the Triton PDL variant outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = _layer_chain(x, res, ws, g)
+    for _ in range(3):
+        x.copy_(x0)
+        res.copy_(r0)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, plain)
+
+
+def test_pdl_bits_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RADIXLM_CUDA_GEMV_PDL takes 0-3 and names itself otherwise; CPU tensors never use PDL."""
+    monkeypatch.setenv("RADIXLM_PDL", "1")
+    assert cuda_gemv.pdl_bits(torch.zeros(1)) == 0
+    if HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9:
+        monkeypatch.setenv("RADIXLM_CUDA_GEMV_PDL", "2")
+        assert cuda_gemv.pdl_bits(torch.zeros(1, device="cuda")) == 2
+        monkeypatch.setenv("RADIXLM_CUDA_GEMV_PDL", "on")
+        with pytest.raises(ValueError, match="RADIXLM_CUDA_GEMV_PDL must be an integer from 0 to 7"):
+            cuda_gemv.pdl_bits(torch.zeros(1, device="cuda"))

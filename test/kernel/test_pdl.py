@@ -87,3 +87,20 @@ def test_pdl_chain_in_graph_equals_plain_launches(pdl) -> None:
         torch.cuda.synchronize()
         assert out.tolist() == plain.tolist()
         assert torch.equal(res, res_plain)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_pdl_on_gpu_follows_switch(pdl, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA C++ kernels' decision (`pdl_on_gpu`): the same switch and sm90+, without Triton's support."""
+    x = torch.zeros(1, device="cuda")
+    monkeypatch.setenv("RADIXLM_PDL", "0")
+    utils._GPU_PDL_CACHE.clear()
+    assert utils.pdl_on_gpu(x) is False
+    monkeypatch.setenv("RADIXLM_PDL", "1")
+    assert utils.pdl_on_gpu(x) is HAS_SM90
+    utils._GPU_PDL_CACHE.clear()
+
+
+def test_pdl_on_gpu_false_for_cpu_tensors(pdl) -> None:
+    pdl(True)
+    assert utils.pdl_on_gpu(torch.zeros(1)) is False

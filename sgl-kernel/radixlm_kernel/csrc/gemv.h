@@ -10,6 +10,8 @@ namespace radixlm_gemv {
 // block into shared memory.  SILU_PAIR (with NORM): rows p and p + N/2 of w (gate and up) go to one warp,
 // which writes silu(gate) * up to output column p, so y has N/2 columns.
 enum Variant { PLAIN = 0, NORM = 1, NORM_SILU = 2 };
+// GemvArgs.pdl bits (programmatic dependent launch, sm90+; gemv_kernel.cuh)
+enum PdlBits { PDL_LAUNCH = 1, PDL_TRIGGER = 2, PDL_TRIGGER_LATE = 4 };
 
 struct GemvArgs {
   const __nv_bfloat16* x;     // [m, ldx], K columns
@@ -21,6 +23,7 @@ struct GemvArgs {
   void* y;                    // [m, ldy], bf16 or fp32
   long ldx, ldr, ldro, ldy;
   int y_f32, m, n, k;
+  int pdl;  // PdlBits
   float eps;
 };
 

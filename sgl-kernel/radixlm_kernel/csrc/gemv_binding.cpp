@@ -16,7 +16,8 @@ const __nv_bfloat16* bf16_ptr(const std::optional<torch::Tensor>& t) {
 
 int64_t fused_gemv(torch::Tensor y, torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> residual,
                    std::optional<torch::Tensor> residual_out, std::optional<torch::Tensor> norm_weight,
-                   std::optional<torch::Tensor> bias, int64_t prologue, double eps, int64_t config, int64_t warps) {
+                   std::optional<torch::Tensor> bias, int64_t prologue, double eps, int64_t config, int64_t warps,
+                   int64_t pdl) {
   radixlm_gemv::GemvArgs a;
   a.x = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr());
   a.res = bf16_ptr(residual);
@@ -34,6 +35,7 @@ int64_t fused_gemv(torch::Tensor y, torch::Tensor x, torch::Tensor w, std::optio
   a.n = static_cast<int>(w.size(0));
   a.k = static_cast<int>(w.size(1));
   a.eps = static_cast<float>(eps);
+  a.pdl = static_cast<int>(pdl);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   cudaError_t err = cudaErrorInvalidValue;
   switch (prologue) {

@@ -44,8 +44,19 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// x' of every row of x into xs ([m][K] bf16, shared): h and its sum of squares in one pass (block 0 also
-// stores h as the new residual), a block reduction, then the normalised row over h in place.
+// Programmatic dependent launch (sm90+). a.pdl & PDL_LAUNCH: launched with it, so the block may start
+// while the kernel before it ends; it has issued its first weight loads (no kernel writes weights) and
+// waits here until that kernel has completed and its writes are visible (without the attribute the wait
+// is a no-op). a.pdl & PDL_TRIGGER: only then lets the next kernel start, so stream order holds for every
+// read of x, the residual and the output; PDL_TRIGGER_LATE: lets it start once the weights are read (before
+// the reductions and stores); without either the next kernel starts when this one has completed.
+__device__ __forceinline__ void pdl_wait_then_trigger(int pdl) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (pdl & PDL_TRIGGER) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <int MAXM>
 __device__ __forceinline__ void norm_prologue(const GemvArgs& a, uint4* xs) {
   __shared__ float partial[MAXM][32];
@@ -132,6 +143,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
     for (int r = 0; r < ROWS; ++r)
       wv[u][r] = active && c < chunks ? load_stream(w4 + wrow[r] + c) : make_uint4(0, 0, 0, 0);
   }
+  pdl_wait_then_trigger(a.pdl);  // before the first read of anything an earlier kernel wrote
   if constexpr (VAR != PLAIN) norm_prologue<MAXM>(a, xs);
   if (!active) return;
   for (int c0 = lane; c0 < chunks; c0 += 32 * UNROLL) {
@@ -166,6 +178,9 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
       }
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((a.pdl & PDL_TRIGGER_LATE) && !(a.pdl & PDL_TRIGGER)) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #pragma unroll
   for (int m = 0; m < MAXM; ++m)
 #pragma unroll
@@ -206,8 +221,17 @@ cudaError_t launch_cfg(const GemvArgs& a, int warps, cudaStream_t stream) {
                                                  static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  kernel<<<dim3((n_out + per_block - 1) / per_block), dim3(warps * 32), smem, stream>>>(a);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((n_out + per_block - 1) / per_block);
+  cfg.blockDim = dim3(warps * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = (a.pdl & PDL_LAUNCH) ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
 // config id -> (ROWS, UNROLL); the Python side (cuda_gemv.CONFIGS) keeps the same table. NORM_SILU pairs
