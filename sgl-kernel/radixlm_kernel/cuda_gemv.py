@@ -40,8 +40,8 @@ PLAIN, NORM, NORM_SILU_MUL = 0, 1, 2  # the kernel variants, as gemv.h numbers t
 
 # (config, warps) per (N, K, M bucket): the best of `benchmark/gpu_cuda_gemv.py` on an H200 (2026-12-02,
 # RESULTS.md, ninth session) for the Llama-3.1-8B projections; DEFAULT elsewhere. At M >= 2 even the best
-# loses to cuBLAS plus the separate kernels (CUDA-core FMAs, no tensor cores); at M = 1 the whole step is a
-# tie (radixlm leaves them off unless RADIXLM_CUDA_GEMV_MAX_TOKENS asks for them).
+# loses to cuBLAS plus the separate kernels (CUDA-core FMAs, no tensor cores); at M = 1, launched with PDL
+# (below), the bs-1 step beats cuBLAS, so radixlm gives them single-token batches by default.
 DEFAULT = (0, 8)
 LAUNCH: dict[tuple[int, int, int], tuple[int, int]] = {
     (4096, 4096, 1): (0, 8), (4096, 4096, 2): (3, 4), (4096, 4096, 4): (3, 4), (4096, 4096, 8): (3, 8),
@@ -56,9 +56,10 @@ load_error: Optional[str] = None
 
 
 PDL_LAUNCH, PDL_TRIGGER, PDL_TRIGGER_LATE = 1, 2, 4  # gemv.h's PdlBits
-# Measured in the bs-1 Llama-3.1-8B decode graph on an H200 (RESULTS.md, fifteenth session; GEMVs at M = 1):
-# 0 4.477 ms, 1 4.410, 2 4.482, 3 4.525, 4 4.428, 5 4.381 (cuBLAS 4.547). Releasing the next kernel right
-# after the wait (2, 3) lets the next GEMV's blocks take SMs and bandwidth the running one still needs.
+# Measured in the bs-1 Llama-3.1-8B decode graph on an H200 (RESULTS.md, fifteenth session; GEMVs at M = 1),
+# ms: call 2, no PDL at all 4.477, 1 4.409, 2 4.482, 3 4.525, cuBLAS 4.547; call 3, 1 4.410, 4 4.428, 5 4.381,
+# cuBLAS 4.547. Releasing the next kernel right after the wait (2, 3) lets the next GEMV's blocks take SMs
+# and bandwidth the running one still needs.
 DEFAULT_PDL = PDL_LAUNCH | PDL_TRIGGER_LATE
 
 
