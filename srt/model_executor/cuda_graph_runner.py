@@ -136,7 +136,7 @@ def _no_gc_during_capture() -> Iterator[None]:
     """Collect dead objects first, then keep the cyclic collector off while capturing: a collection inside a
     capture that frees an unreachable CUDA graph (an earlier runner's, say) destroys it, a call not permitted
     while a stream captures, and the capture fails ("operation failed due to a previous error during
-    capture"; torch >= 2.10 no longer collects on entering `torch.cuda.graph`)."""
+    capture"; the torch of the H200 image, 2.11, and 2.13 no longer collect on entering `torch.cuda.graph`)."""
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()

@@ -152,7 +152,8 @@ def pdl(monkeypatch: pytest.MonkeyPatch):
     utils._GPU_PDL_CACHE.clear()
 
 
-def _layer_chain(x: torch.Tensor, res: torch.Tensor, ws: list[tuple[torch.Tensor, ...]], g: torch.Tensor) -> torch.Tensor:
+def _layer_chain(x: torch.Tensor, res: torch.Tensor, ws: list[tuple[torch.Tensor, ...]],
+                 g: torch.Tensor) -> torch.Tensor:
     """A decode layer's kernels as the CUDA GEMVs run them, per weight set: norm + qkv-like GEMV, our SiLU kernel,
     a plain GEMV (o_proj-like), norm + gate_up + SiLU in one kernel, a plain GEMV (down-like); each reads what the
     kernel before it wrote, and the residual threads through all of them."""

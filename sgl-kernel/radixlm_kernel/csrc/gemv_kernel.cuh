@@ -57,6 +57,8 @@ __device__ __forceinline__ void pdl_wait_then_trigger(int pdl) {
 #endif
 }
 
+// x' of every row of x into xs ([m][K] bf16, shared): h and its sum of squares in one pass (block 0 also
+// stores h as the new residual), a block reduction, then the normalised row over h in place.
 template <int MAXM>
 __device__ __forceinline__ void norm_prologue(const GemvArgs& a, uint4* xs) {
   __shared__ float partial[MAXM][32];
@@ -179,7 +181,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
     }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if ((a.pdl & PDL_TRIGGER_LATE) && !(a.pdl & PDL_TRIGGER)) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if ((a.pdl & PDL_TRIGGER_LATE) && !(a.pdl & PDL_TRIGGER))
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the weights are read
 #endif
 #pragma unroll
   for (int m = 0; m < MAXM; ++m)
