@@ -3,6 +3,8 @@
 #   bash benchmark/gpu_session.sh parity one_batch offline_hf offline_ci shared_prefix kernels
 #   this session's (RESULTS.md, third session): gemv_sweep sweep_shared kernels | kernels_new one_batch
 #     shared_prefix shared_prefix_nocascade profile | offline_ci online offline_ci_fp8 parity | kernels
+#   fifteenth session: GEMV_PDL_CFGS="cublas pdl_off mode1 mode2 mode3" gemv_pdl_ab cuda_gemv_tests |
+#     GEMV_PDL_CFGS="cublas default" gemv_pdl_ab one_batch_small one_batch_cublas cuda_gemv_tests pdl_tests parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
