@@ -112,7 +112,7 @@ for what in "$@"; do
               step "pdl_ab_$pdl" 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x2048 --overlap 1x256,8x2048
               grep -E '^ +[0-9.]+ us' "$OUT/pdl_ab_$pdl.log" | head -20); done ;;
-    gemv_pdl_ab)  # the bs-1 graph: cuBLAS (default) against the CUDA GEMVs, PDL off and per RADIXLM_CUDA_GEMV_PDL mode
+    gemv_pdl_ab)  # the bs-1 graph: cuBLAS against the CUDA GEMVs (default: mode 5), PDL off and per RADIXLM_CUDA_GEMV_PDL mode
             for cfg in ${GEMV_PDL_CFGS:-cublas pdl_off mode1 mode2 mode3}; do (
               case $cfg in
                 cublas) export RADIXLM_CUDA_GEMV_MAX_TOKENS=0 ;;

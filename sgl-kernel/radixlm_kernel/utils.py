@@ -32,7 +32,9 @@ def is_fp8(dtype: torch.dtype) -> bool:
 # has completed and its writes are visible. Each PDL kernel here waits before its first global read and
 # only then lets its own dependents start (`gdc_launch_dependents`), so when one starts, every kernel
 # before its predecessor has completed: the chain keeps stream order. RADIXLM_PDL=0 turns it off.
-_PDL_CACHE: dict[int, bool] = {}
+# device index -> (CUDA C++ kernels may launch with PDL, Triton kernels may): RADIXLM_PDL and an sm90+ GPU,
+# and for Triton also its support for it and no interpreter; decided once per device (tests clear it).
+_PDL_CACHE: dict[int, tuple[bool, bool]] = {}
 
 
 def pdl_switch() -> bool:
@@ -43,17 +45,25 @@ def pdl_switch() -> bool:
     return value == "1"
 
 
-def _pdl_supported(device: torch.device) -> bool:
-    if not pdl_switch() or os.environ.get("TRITON_INTERPRET") == "1":
+def _triton_has_pdl() -> bool:
+    if os.environ.get("TRITON_INTERPRET") == "1":
         return False
     try:
         from triton.backends.nvidia.compiler import CUDAOptions
         from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
     except ImportError:
         return False
-    if "launch_pdl" not in getattr(CUDAOptions, "__dataclass_fields__", {}):
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    return "launch_pdl" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
+def _pdl_for(x: torch.Tensor) -> tuple[bool, bool]:
+    if x.device.type != "cuda":
+        return False, False
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if index not in _PDL_CACHE:
+        gpu = pdl_switch() and torch.cuda.get_device_capability(x.device)[0] >= 9
+        _PDL_CACHE[index] = (gpu, gpu and _triton_has_pdl())
+    return _PDL_CACHE[index]
 
 
 @triton.jit
@@ -65,25 +75,12 @@ def pdl_begin(USE_PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-_GPU_PDL_CACHE: dict[int, bool] = {}
-
-
 def pdl_on_gpu(x: torch.Tensor) -> bool:
     """Whether a CUDA C++ kernel for tensors on x's device should launch with PDL (RADIXLM_PDL on, an
     sm90+ GPU); Triton kernels also need Triton's support for it, so they use `pdl_args`."""
-    if x.device.type != "cuda" or not pdl_switch():
-        return False
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    if index not in _GPU_PDL_CACHE:
-        _GPU_PDL_CACHE[index] = torch.cuda.get_device_capability(x.device)[0] >= 9
-    return _GPU_PDL_CACHE[index]
+    return _pdl_for(x)[0]
 
 
 def pdl_args(x: torch.Tensor) -> dict:
     """Launch arguments for a kernel with a `USE_PDL: tl.constexpr` parameter, for tensors on x's device."""
-    if x.device.type != "cuda":
-        return {"USE_PDL": False}
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    if index not in _PDL_CACHE:
-        _PDL_CACHE[index] = _pdl_supported(x.device)
-    return {"USE_PDL": True, "launch_pdl": True} if _PDL_CACHE[index] else {"USE_PDL": False}
+    return {"USE_PDL": True, "launch_pdl": True} if _pdl_for(x)[1] else {"USE_PDL": False}

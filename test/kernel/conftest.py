@@ -52,3 +52,17 @@ def fp8_tol(tol: dict) -> dict:
     """Tolerances for decode over an fp8 pool, which reads K/V up to float16 and rounds q and the
     probabilities there (2^-11, far below the fp8 storage's own error): at least 1e-3."""
     return {k: max(v, 1e-3) for k, v in tol.items()}
+
+
+@pytest.fixture
+def pdl(monkeypatch: pytest.MonkeyPatch):
+    """Set RADIXLM_PDL and forget the cached per-device PDL decisions (`radixlm_kernel.utils`), which are
+    forgotten again afterwards."""
+    from radixlm_kernel import utils
+
+    def set_pdl(on: bool) -> None:
+        monkeypatch.setenv("RADIXLM_PDL", "1" if on else "0")
+        utils._PDL_CACHE.clear()
+
+    yield set_pdl
+    utils._PDL_CACHE.clear()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixlm_kernel import cuda_gemv, utils
+from radixlm_kernel import cuda_gemv
 from radixlm_kernel.reference import rmsnorm_ref
 
 HAS_CUDA = torch.cuda.is_available()
@@ -139,19 +139,6 @@ def test_layers_keep_cublas_without_cuda(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not cuda_gemv.supports(x, w)
 
 
-@pytest.fixture
-def pdl(monkeypatch: pytest.MonkeyPatch):
-    """Set RADIXLM_PDL and forget the cached per-device decisions (forgotten again afterwards)."""
-    def set_pdl(on: bool) -> None:
-        monkeypatch.setenv("RADIXLM_PDL", "1" if on else "0")
-        utils._PDL_CACHE.clear()
-        utils._GPU_PDL_CACHE.clear()
-
-    yield set_pdl
-    utils._PDL_CACHE.clear()
-    utils._GPU_PDL_CACHE.clear()
-
-
 def _layer_chain(x: torch.Tensor, res: torch.Tensor, ws: list[tuple[torch.Tensor, ...]],
                  g: torch.Tensor) -> torch.Tensor:
     """A decode layer's kernels as the CUDA GEMVs run them, per weight set: norm + qkv-like GEMV, our SiLU kernel,
@@ -205,9 +192,9 @@ def test_pdl_chain_in_graph_equals_plain_launches(ext: object, pdl, monkeypatch:
         assert torch.equal(out, plain)
 
 
-def test_pdl_bits_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """RADIXLM_CUDA_GEMV_PDL takes 0-3 and names itself otherwise; CPU tensors never use PDL."""
-    monkeypatch.setenv("RADIXLM_PDL", "1")
+def test_pdl_bits_switch(pdl, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RADIXLM_CUDA_GEMV_PDL takes 0-7 and names itself otherwise; CPU tensors never use PDL."""
+    pdl(True)
     assert cuda_gemv.pdl_bits(torch.zeros(1)) == 0
     if HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9:
         monkeypatch.setenv("RADIXLM_CUDA_GEMV_PDL", "2")

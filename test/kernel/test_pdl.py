@@ -16,17 +16,6 @@ from radixlm_kernel.norm import fused_add_rmsnorm
 HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
-@pytest.fixture
-def pdl(monkeypatch: pytest.MonkeyPatch):
-    """Set RADIXLM_PDL and forget the cached per-device decision (restored afterwards)."""
-    def set_pdl(on: bool) -> None:
-        monkeypatch.setenv("RADIXLM_PDL", "1" if on else "0")
-        utils._PDL_CACHE.clear()
-
-    yield set_pdl
-    utils._PDL_CACHE.clear()
-
-
 def test_pdl_off_for_cpu_tensors(pdl) -> None:
     pdl(True)
     assert utils.pdl_args(torch.zeros(1)) == {"USE_PDL": False}
@@ -90,15 +79,13 @@ def test_pdl_chain_in_graph_equals_plain_launches(pdl) -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_pdl_on_gpu_follows_switch(pdl, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pdl_on_gpu_follows_switch(pdl) -> None:
     """The CUDA C++ kernels' decision (`pdl_on_gpu`): the same switch and sm90+, without Triton's support."""
     x = torch.zeros(1, device="cuda")
-    monkeypatch.setenv("RADIXLM_PDL", "0")
-    utils._GPU_PDL_CACHE.clear()
+    pdl(False)
     assert utils.pdl_on_gpu(x) is False
-    monkeypatch.setenv("RADIXLM_PDL", "1")
+    pdl(True)
     assert utils.pdl_on_gpu(x) is HAS_SM90
-    utils._GPU_PDL_CACHE.clear()
 
 
 def test_pdl_on_gpu_false_for_cpu_tensors(pdl) -> None:
