@@ -95,7 +95,7 @@ def run_shape(name: str, m: int) -> dict[str, float]:
     out = {"cublas": timed(lambda: [F.linear(case.x, w) for w in case.ws], case.copies),
            "unfused": timed(lambda: [case.unfused(w) for w in case.ws], case.copies)}
     err_unfused = (case.unfused(case.ws[0], scratch=False).float() - case.ref).abs().max().item()
-    for cfg in cuda_gemv.CONFIGS:
+    for cfg in cuda_gemv.ALL_CONFIGS:
         for warps in (4, 8):
             y = case.fused(case.ws[0], cfg, warps)
             err = (y.float() - case.ref).abs().max().item()

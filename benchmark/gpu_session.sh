@@ -5,6 +5,7 @@
 #     shared_prefix shared_prefix_nocascade profile | offline_ci online offline_ci_fp8 parity | kernels
 #   fifteenth session: GEMV_PDL_CFGS="cublas pdl_off mode1 mode2 mode3" gemv_pdl_ab cuda_gemv_tests |
 #     GEMV_PDL_CFGS="cublas default" gemv_pdl_ab one_batch_small one_batch_cublas cuda_gemv_tests pdl_tests parity
+#   sixteenth session: GEMV_M=2,4,8 cuda_gemv_tests cuda_gemv gemv_mma_ab one_batch_mma
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
@@ -125,6 +126,14 @@ for what in "$@"; do
               step "gemv_pdl_ab_$cfg" 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256,1x256,8x2048 --prefill 1x0x256 --overlap 1x256
               grep -E '^ +[0-9.]+ us' "$OUT/gemv_pdl_ab_$cfg.log" | head -7); done ;;
+    gemv_mma_ab)  # decode graphs at bs 1-8: the CUDA GEMVs up to GEMV_MMA_TOKENS rows (tensor cores at M >= 2) vs 1
+            for tokens in ${GEMV_MMA_TOKENS:-1 8}; do (export RADIXLM_CUDA_GEMV_MAX_TOKENS=$tokens
+              step "gemv_mma_ab_$tokens" 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256,2x256,4x256,8x256,8x2048 --prefill 1x0x256 --overlap 8x256
+              grep -E '^ +[0-9.]+ us' "$OUT/gemv_mma_ab_$tokens.log" | head -7); done ;;
+    one_batch_mma) (export RADIXLM_CUDA_GEMV_MAX_TOKENS=8  # one_batch_small with the CUDA GEMVs up to 8 rows
+              step one_batch_mma 300 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+                 --load-format dummy --dtype bfloat16 --batch-size 1 4 8 --input-len 256 --output-len 256) ;;
     one_batch_cublas) (export RADIXLM_CUDA_GEMV_MAX_TOKENS=0  # one_batch_small with cuBLAS at every batch size
               step one_batch_cublas 240 python3 benchmark/bench_one_batch.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --batch-size 1 8 --input-len 256 --output-len 256) ;;

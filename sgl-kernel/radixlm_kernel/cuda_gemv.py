@@ -2,7 +2,9 @@
 
 The entry points of the Triton ones in `gemv.py` (`linear_gemv`, `rmsnorm_gemv`, `silu_mul_gemv`), for
 bf16 and 1-8 rows of x, plus `rmsnorm_gemv_silu_mul`: add + RMSNorm before gate_up and SiLU-and-mul after
-it, in one kernel (the decode MLP's first half). Triton's GEMVs could not keep enough weight loads in
+it, in one kernel (the decode MLP's first half). Two kernels behind one set of launch configs: CUDA-core
+FMAs (`CONFIGS`, gemv_kernel.cuh) and tensor cores (`MMA_CONFIGS`, gemv_mma.cuh: the weights go to
+`mma.sync` as loaded, 16 rows x 8 columns of x per warp, K optionally split over the block's warps). Triton's GEMVs could not keep enough weight loads in
 flight to beat cuBLAS at M <= 8; these issue 16-byte streaming loads, `UNROLL` chunks of `ROWS` rows per
 lane, with no split-K, so the norm, the SiLU and cuBLAS's split-K reduce stop being kernels of their own.
 The norm is computed once per block into shared memory, with the rounding points of the unfused norm
@@ -32,23 +34,28 @@ from radixlm_kernel.utils import pdl_on_gpu
 CSRC = os.path.join(os.path.dirname(__file__), "csrc")
 SOURCES = [os.path.join(CSRC, name) for name in
            ("gemv_binding.cpp", "gemv_plain.cu", "gemv_norm.cu", "gemv_norm_silu.cu")]
-HEADERS = [os.path.join(CSRC, name) for name in ("gemv.h", "gemv_kernel.cuh")]
-CONFIGS = {0: (2, 2), 1: (4, 2), 2: (2, 4), 3: (1, 4), 4: (4, 1)}  # config id -> (ROWS, UNROLL), as the .cuh
+HEADERS = [os.path.join(CSRC, name) for name in ("gemv.h", "gemv_kernel.cuh", "gemv_mma.cuh", "gemv_launch.cuh")]
+CONFIGS = {0: (2, 2), 1: (4, 2), 2: (2, 4), 3: (1, 4), 4: (4, 1)}  # CUDA cores: id -> (ROWS, UNROLL), as gemv_kernel.cuh
+# tensor cores (mma.sync): id -> (warps splitting one 16-row tile's K, at most the block's; UNROLL), as gemv_mma.cuh
+MMA_CONFIGS = {5: (1, 4), 6: (2, 4), 7: (4, 4), 8: (8, 4), 9: (4, 2), 10: (8, 2)}
+ALL_CONFIGS = {**CONFIGS, **MMA_CONFIGS}
 WARPS = (1, 2, 4, 8)
 MAX_M = 8
 PLAIN, NORM, NORM_SILU_MUL = 0, 1, 2  # the kernel variants, as gemv.h numbers them
 
-# (config, warps) per (N, K, M bucket): the best of `benchmark/gpu_cuda_gemv.py` on an H200 (2026-12-02,
-# RESULTS.md, ninth session) for the Llama-3.1-8B projections; DEFAULT elsewhere. At M >= 2 even the best
-# loses to cuBLAS plus the separate kernels (CUDA-core FMAs, no tensor cores); at M = 1, launched with PDL
-# (below), the bs-1 step beats cuBLAS, so radixlm gives them single-token batches by default.
+# (config, warps) per (N, K, M bucket): the best of `benchmark/gpu_cuda_gemv.py` on an H200 for the
+# Llama-3.1-8B projections (M = 1: ninth session; M >= 2, CUDA-core and tensor-core configs together:
+# sixteenth session, RESULTS.md); DEFAULT elsewhere. At M >= 2 even the best loses to cuBLAS plus the
+# separate norm / SiLU kernels on every projection but o_proj (the per-block norm prologue and, on CUDA
+# cores, the FMAs), and the decode graph at bs 2-8 gets slower; at M = 1, launched with PDL (below), the
+# bs-1 step beats cuBLAS, so radixlm gives them single-token batches only by default.
 DEFAULT = (0, 8)
 LAUNCH: dict[tuple[int, int, int], tuple[int, int]] = {
-    (4096, 4096, 1): (0, 8), (4096, 4096, 2): (3, 4), (4096, 4096, 4): (3, 4), (4096, 4096, 8): (3, 8),
-    (4096, 14336, 1): (0, 8), (4096, 14336, 2): (3, 4), (4096, 14336, 4): (3, 4), (4096, 14336, 8): (3, 8),
-    (6144, 4096, 1): (0, 8), (6144, 4096, 2): (0, 8), (6144, 4096, 4): (2, 8), (6144, 4096, 8): (1, 8),
-    (28672, 4096, 1): (0, 8), (28672, 4096, 2): (0, 8), (28672, 4096, 4): (4, 8), (28672, 4096, 8): (1, 8),
-    (128256, 4096, 1): (0, 8), (128256, 4096, 2): (4, 8), (128256, 4096, 4): (4, 8), (128256, 4096, 8): (1, 8),
+    (4096, 4096, 1): (0, 8), (4096, 4096, 2): (10, 8), (4096, 4096, 4): (10, 8), (4096, 4096, 8): (10, 8),
+    (4096, 14336, 1): (0, 8), (4096, 14336, 2): (8, 8), (4096, 14336, 4): (8, 8), (4096, 14336, 8): (10, 8),
+    (6144, 4096, 1): (0, 8), (6144, 4096, 2): (2, 8), (6144, 4096, 4): (9, 8), (6144, 4096, 8): (9, 8),
+    (28672, 4096, 1): (0, 8), (28672, 4096, 2): (6, 8), (28672, 4096, 4): (5, 8), (28672, 4096, 8): (5, 8),
+    (128256, 4096, 1): (0, 8), (128256, 4096, 2): (5, 8), (128256, 4096, 4): (5, 8), (128256, 4096, 8): (5, 8),
 }
 
 _ext: Optional[ModuleType] = None
@@ -165,8 +172,8 @@ def check_inputs(x: torch.Tensor, w: torch.Tensor, k: int, config: int, warps: i
         raise ValueError(f"x must have 1 to {MAX_M} rows, got {x.shape[0]}")
     if w.shape[1] != k or k % 8 or not w.is_contiguous():
         raise ValueError(f"x {tuple(x.shape)} and w {tuple(w.shape)} need one K, a multiple of 8 (w contiguous)")
-    if config not in CONFIGS:
-        raise ValueError(f"config must be one of {sorted(CONFIGS)}, got {config}")
+    if config not in ALL_CONFIGS:
+        raise ValueError(f"config must be one of {sorted(ALL_CONFIGS)}, got {config}")
     if warps not in WARPS:
         raise ValueError(f"warps must be one of {WARPS}, got {warps}")
 

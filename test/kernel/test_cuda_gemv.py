@@ -36,7 +36,7 @@ def test_matches_fp32_matmul(ext: object, m: int, n: int, k: int) -> None:
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     ref = x.float() @ w.float().T
-    for config in cuda_gemv.CONFIGS:
+    for config in cuda_gemv.ALL_CONFIGS:
         for warps in (4, 8):
             y = cuda_gemv.gemv(x, w, config, warps)
             assert y.shape == (m, n) and y.dtype == torch.bfloat16
@@ -54,7 +54,7 @@ def test_rejects_bad_input(ext: object) -> None:
     with pytest.raises(ValueError, match="need one K"):
         cuda_gemv.gemv(torch.randn(1, 128, device="cuda", dtype=torch.bfloat16), w)
     with pytest.raises(ValueError, match="config must be one of"):
-        cuda_gemv.gemv(x, w, config=7)
+        cuda_gemv.gemv(x, w, config=99)
     with pytest.raises(ValueError, match="warps must be"):
         cuda_gemv.gemv(x, w, warps=0)
     torch.testing.assert_close(cuda_gemv.gemv(x, w).float(), x.float() @ w.float().T, atol=2e-2, rtol=2e-2)
@@ -83,7 +83,7 @@ def test_rmsnorm_variants_match_reference(ext: object, m: int, k: int, with_resi
     ref = xn.float() @ w.float().T + bias.float()
     gate, up = ref.to(torch.bfloat16).float().chunk(2, dim=-1)
     act_ref = torch.nn.functional.silu(gate) * up
-    for config in cuda_gemv.CONFIGS:
+    for config in cuda_gemv.ALL_CONFIGS:
         for warps in (4, 8):
             monkeypatch.setattr(cuda_gemv, "DEFAULT", (config, warps))
             y, h_out = cuda_gemv.rmsnorm_gemv(x, res, g, 1e-5, w, bias)
@@ -155,12 +155,15 @@ def _layer_chain(x: torch.Tensor, res: torch.Tensor, ws: list[tuple[torch.Tensor
 
 
 @pytest.mark.skipif(not (HAS_CUDA and torch.cuda.get_device_capability()[0] >= 9), reason="PDL needs CUDA sm90+")
-@pytest.mark.parametrize("m,mode", [(1, 1), (1, 2), (1, 3), (1, 5), (3, 1), (3, 5)])
+@pytest.mark.parametrize("m,mode,config", [(1, 1, 0), (1, 2, 0), (1, 3, 0), (1, 5, 0), (3, 1, 0), (3, 5, 0),
+                                           (3, 5, 7), (8, 5, 7), (8, 1, 5)])
 def test_pdl_chain_in_graph_equals_plain_launches(ext: object, pdl, monkeypatch: pytest.MonkeyPatch, m: int,
-                                                  mode: int) -> None:
+                                                  mode: int, config: int) -> None:
     """With programmatic dependent launch each GEMV issues its first weight loads while the kernel before it
-    still runs; a 16-layer chain captured in a CUDA graph must give bitwise what plain launches give."""
+    still runs; a 16-layer chain captured in a CUDA graph must give bitwise what plain launches give, on CUDA
+    cores (config 0) and on tensor cores (5, 7: K split over 1 and 4 warps)."""
     torch.manual_seed(m)
+    monkeypatch.setattr(cuda_gemv, "DEFAULT", (config, 8))
     hidden, inter = 1024, 1536
     def weight(n: int, k: int) -> torch.Tensor:
         return torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5

@@ -1,4 +1,4 @@
-// The host-side interface of the small-batch GEMV (gemv_kernel.cuh holds the kernel): the launch
+// The host-side interface of the small-batch GEMV (gemv_kernel.cuh and gemv_mma.cuh hold the kernels): the launch
 // arguments and one launcher per variant, each in its own .cu file so that they compile in parallel.
 #pragma once
 #include <cuda_bf16.h>
@@ -12,6 +12,8 @@ namespace radixlm_gemv {
 enum Variant { PLAIN = 0, NORM = 1, NORM_SILU = 2 };
 // GemvArgs.pdl bits (programmatic dependent launch, sm90+; gemv_kernel.cuh)
 enum PdlBits { PDL_LAUNCH = 1, PDL_TRIGGER = 2, PDL_TRIGGER_LATE = 4 };
+// launch config ids from here on run on tensor cores (gemv_mma.cuh); below, on CUDA cores (gemv_kernel.cuh)
+constexpr int MMA_FIRST_CONFIG = 5;
 
 struct GemvArgs {
   const __nv_bfloat16* x;     // [m, ldx], K columns

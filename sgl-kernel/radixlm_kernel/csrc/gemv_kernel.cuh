@@ -12,6 +12,8 @@
 #pragma once
 #include <stdint.h>
 
+#include <utility>
+
 #include "gemv.h"
 
 namespace radixlm_gemv {
@@ -57,38 +59,57 @@ __device__ __forceinline__ void pdl_wait_then_trigger(int pdl) {
 #endif
 }
 
-// x' of every row of x into xs ([m][K] bf16, shared): h and its sum of squares in one pass (block 0 also
-// stores h as the new residual), a block reduction, then the normalised row over h in place.
+// x' of every row of x into xs ([m][stride] 16-byte chunks, shared; stride >= K / 8): h and its sum of
+// squares in one pass (block 0 also stores h as the new residual), a block reduction, then the normalised
+// row over h in place.
 template <int MAXM>
-__device__ __forceinline__ void norm_prologue(const GemvArgs& a, uint4* xs) {
+__device__ __forceinline__ void norm_prologue(const GemvArgs& a, uint4* xs, int stride) {
   __shared__ float partial[MAXM][32];
   __shared__ float rstd[MAXM];
   const int chunks = a.k >> 3, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const bool store_res = a.res_out != nullptr && blockIdx.x == 0;
+  float ss[MAXM];
+#pragma unroll
+  for (int m = 0; m < MAXM; ++m) ss[m] = 0.f;
+  constexpr int BATCH = MAXM < 4 ? MAXM : 4;  // rows whose loads are in flight at once (registers)
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+#pragma unroll
+    for (int m0 = 0; m0 < MAXM; m0 += BATCH) {
+      if (m0 >= a.m) break;
+      uint4 xv[BATCH], rv[BATCH];
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) {
+        if (m0 + j < a.m) {
+          xv[j] = __ldg(reinterpret_cast<const uint4*>(a.x + (m0 + j) * a.ldx) + c);
+          if (a.res != nullptr) rv[j] = __ldg(reinterpret_cast<const uint4*>(a.res + (m0 + j) * a.ldr) + c);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) {
+        const int m = m0 + j;
+        if (m >= a.m) break;
+        float h[8];
+        unpack8(xv[j], h);
+        if (a.res != nullptr) {
+          float r[8];
+          unpack8(rv[j], r);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) h[i] = round_bf16(h[i] + r[i]);
+        }
+        const uint4 hv = pack8(h);
+        xs[m * stride + c] = hv;
+        if (store_res) reinterpret_cast<uint4*>(a.res_out + m * a.ldro)[c] = hv;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss[m] = fmaf(h[i], h[i], ss[m]);
+      }
+    }
+  }
 #pragma unroll
   for (int m = 0; m < MAXM; ++m) {
     if (m >= a.m) break;
-    const uint4* x4 = reinterpret_cast<const uint4*>(a.x + m * a.ldx);
-    const uint4* r4 = reinterpret_cast<const uint4*>(a.res + m * a.ldr);
-    float ss = 0.f;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-      float h[8];
-      unpack8(__ldg(x4 + c), h);
-      if (a.res != nullptr) {
-        float r[8];
-        unpack8(__ldg(r4 + c), r);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) h[i] = round_bf16(h[i] + r[i]);
-      }
-      const uint4 hv = pack8(h);
-      xs[m * chunks + c] = hv;
-      if (store_res) reinterpret_cast<uint4*>(a.res_out + m * a.ldro)[c] = hv;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss = fmaf(h[i], h[i], ss);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) partial[m][warp] = ss;
+    for (int off = 16; off > 0; off >>= 1) ss[m] += __shfl_xor_sync(0xffffffffu, ss[m], off);
+    if (lane == 0) partial[m][warp] = ss[m];
   }
   __syncthreads();
   if (threadIdx.x < MAXM && threadIdx.x < a.m) {
@@ -105,10 +126,10 @@ __device__ __forceinline__ void norm_prologue(const GemvArgs& a, uint4* xs) {
     for (int m = 0; m < MAXM; ++m) {
       if (m >= a.m) break;
       float h[8];
-      unpack8(xs[m * chunks + c], h);
+      unpack8(xs[m * stride + c], h);
 #pragma unroll
       for (int i = 0; i < 8; ++i) h[i] = round_bf16(round_bf16(h[i] * rstd[m]) * g[i]);
-      xs[m * chunks + c] = pack8(h);
+      xs[m * stride + c] = pack8(h);
     }
   }
   __syncthreads();
@@ -146,7 +167,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
       wv[u][r] = active && c < chunks ? load_stream(w4 + wrow[r] + c) : make_uint4(0, 0, 0, 0);
   }
   pdl_wait_then_trigger(a.pdl);  // before the first read of anything an earlier kernel wrote
-  if constexpr (VAR != PLAIN) norm_prologue<MAXM>(a, xs);
+  if constexpr (VAR != PLAIN) norm_prologue<MAXM>(a, xs, chunks);
   if (!active) return;
   for (int c0 = lane; c0 < chunks; c0 += 32 * UNROLL) {
     if (c0 != lane) {
@@ -212,29 +233,36 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
   }
 }
 
-template <int MAXM, int ROWS, int UNROLL, int VAR>
-cudaError_t launch_cfg(const GemvArgs& a, int warps, cudaStream_t stream) {
-  constexpr int OUT_ROWS = VAR == NORM_SILU ? ROWS / 2 : ROWS;
-  const int n_out = VAR == NORM_SILU ? a.n / 2 : a.n;
-  const int per_block = warps * OUT_ROWS;
-  const size_t smem = VAR == PLAIN ? 0 : static_cast<size_t>(a.m) * a.k * sizeof(__nv_bfloat16);
-  auto kernel = gemv_kernel<MAXM, ROWS, UNROLL, VAR>;
+// One launch with the dynamic shared memory it needs and, with PDL_LAUNCH, programmatic stream serialization
+template <typename... KArgs, typename... Args>
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t stream, int pdl,
+                      Args&&... args) {
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((n_out + per_block - 1) / per_block);
-  cfg.blockDim = dim3(warps * 32);
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = (a.pdl & PDL_LAUNCH) ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, a);
+  cfg.numAttrs = (pdl & PDL_LAUNCH) ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <int MAXM, int ROWS, int UNROLL, int VAR>
+cudaError_t launch_cfg(const GemvArgs& a, int warps, cudaStream_t stream) {
+  constexpr int OUT_ROWS = VAR == NORM_SILU ? ROWS / 2 : ROWS;
+  const int n_out = VAR == NORM_SILU ? a.n / 2 : a.n;
+  const int per_block = warps * OUT_ROWS;
+  const size_t smem = VAR == PLAIN ? 0 : static_cast<size_t>(a.m) * a.k * sizeof(__nv_bfloat16);
+  return launch_ex(gemv_kernel<MAXM, ROWS, UNROLL, VAR>, dim3((n_out + per_block - 1) / per_block), warps * 32,
+                   smem, stream, a.pdl, a);
 }
 
 // config id -> (ROWS, UNROLL); the Python side (cuda_gemv.CONFIGS) keeps the same table. NORM_SILU pairs
@@ -249,14 +277,6 @@ cudaError_t launch_m(const GemvArgs& a, int config, int warps, cudaStream_t stre
     case 4: return launch_cfg<MAXM, 4, 1, VAR>(a, warps, stream);
     default: return cudaErrorInvalidValue;
   }
-}
-
-template <int VAR>
-cudaError_t launch(const GemvArgs& a, int config, int warps, cudaStream_t stream) {
-  if (a.m <= 1) return launch_m<1, VAR>(a, config, warps, stream);
-  if (a.m == 2) return launch_m<2, VAR>(a, config, warps, stream);
-  if (a.m <= 4) return launch_m<4, VAR>(a, config, warps, stream);
-  return launch_m<8, VAR>(a, config, warps, stream);
 }
 
 }  // namespace radixlm_gemv

@@ -1,5 +1,5 @@
 // The NORM instantiations of gemv_kernel.cuh (one file per variant so that they compile in parallel).
-#include "gemv_kernel.cuh"
+#include "gemv_launch.cuh"
 
 namespace radixlm_gemv {
 cudaError_t launch_norm(const GemvArgs& a, int config, int warps, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // The PLAIN instantiations of gemv_kernel.cuh (one file per variant so that they compile in parallel).
-#include "gemv_kernel.cuh"
+#include "gemv_launch.cuh"
 
 namespace radixlm_gemv {
 cudaError_t launch_plain(const GemvArgs& a, int config, int warps, cudaStream_t stream) {
