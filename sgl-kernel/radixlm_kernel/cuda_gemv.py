@@ -4,9 +4,10 @@ The entry points of the Triton ones in `gemv.py` (`linear_gemv`, `rmsnorm_gemv`,
 bf16 and 1-8 rows of x, plus `rmsnorm_gemv_silu_mul`: add + RMSNorm before gate_up and SiLU-and-mul after
 it, in one kernel (the decode MLP's first half). Two kernels behind one set of launch configs: CUDA-core
 FMAs (`CONFIGS`, gemv_kernel.cuh) and tensor cores (`MMA_CONFIGS`, gemv_mma.cuh: the weights go to
-`mma.sync` as loaded, 16 rows x 8 columns of x per warp, K optionally split over the block's warps). Triton's GEMVs could not keep enough weight loads in
-flight to beat cuBLAS at M <= 8; these issue 16-byte streaming loads, `UNROLL` chunks of `ROWS` rows per
-lane, with no split-K, so the norm, the SiLU and cuBLAS's split-K reduce stop being kernels of their own.
+`mma.sync` as loaded, 16 rows x 8 columns of x per warp, K optionally split over the block's warps).
+Triton's GEMVs could not keep enough weight loads in flight to beat cuBLAS at M <= 8; these issue 16-byte
+streaming loads, `UNROLL` chunks per lane, and never split K across kernels, so the norm, the SiLU and
+cuBLAS's split-K reduce stop being kernels of their own.
 The norm is computed once per block into shared memory, with the rounding points of the unfused norm
 kernel, so the matmul sees what the unfused path gives cuBLAS.
 
@@ -35,7 +36,8 @@ CSRC = os.path.join(os.path.dirname(__file__), "csrc")
 SOURCES = [os.path.join(CSRC, name) for name in
            ("gemv_binding.cpp", "gemv_plain.cu", "gemv_norm.cu", "gemv_norm_silu.cu")]
 HEADERS = [os.path.join(CSRC, name) for name in ("gemv.h", "gemv_kernel.cuh", "gemv_mma.cuh", "gemv_launch.cuh")]
-CONFIGS = {0: (2, 2), 1: (4, 2), 2: (2, 4), 3: (1, 4), 4: (4, 1)}  # CUDA cores: id -> (ROWS, UNROLL), as gemv_kernel.cuh
+# CUDA cores: id -> (ROWS, UNROLL), as gemv_kernel.cuh
+CONFIGS = {0: (2, 2), 1: (4, 2), 2: (2, 4), 3: (1, 4), 4: (4, 1)}
 # tensor cores (mma.sync): id -> (warps splitting one 16-row tile's K, at most the block's; UNROLL), as gemv_mma.cuh
 MMA_CONFIGS = {5: (1, 4), 6: (2, 4), 7: (4, 4), 8: (8, 4), 9: (4, 2), 10: (8, 2)}
 ALL_CONFIGS = {**CONFIGS, **MMA_CONFIGS}

@@ -59,6 +59,13 @@ __device__ __forceinline__ void pdl_wait_then_trigger(int pdl) {
 #endif
 }
 
+// PDL_TRIGGER_LATE (and not PDL_TRIGGER, which released the next kernel already): let it start now
+__device__ __forceinline__ void pdl_trigger_late(int pdl) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if ((pdl & PDL_TRIGGER_LATE) && !(pdl & PDL_TRIGGER)) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // x' of every row of x into xs ([m][stride] 16-byte chunks, shared; stride >= K / 8): h and its sum of
 // squares in one pass (block 0 also stores h as the new residual), a block reduction, then the normalised
 // row over h in place.
@@ -201,10 +208,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const GemvArgs a) {
       }
     }
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if ((a.pdl & PDL_TRIGGER_LATE) && !(a.pdl & PDL_TRIGGER))
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the weights are read
-#endif
+  pdl_trigger_late(a.pdl);  // the weights are read
 #pragma unroll
   for (int m = 0; m < MAXM; ++m)
 #pragma unroll

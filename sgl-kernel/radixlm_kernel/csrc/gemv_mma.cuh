@@ -123,10 +123,7 @@ __global__ void __launch_bounds__(256, 2) gemv_mma_kernel(const GemvArgs a, cons
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) d[0][i] += d[1][i];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if ((a.pdl & PDL_TRIGGER_LATE) && !(a.pdl & PDL_TRIGGER))
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the weights are read
-#endif
+  pdl_trigger_late(a.pdl);  // the weights are read
   if (ks > 1) {
     if (part != 0) partial[wib][lane] = make_float4(d[0][0], d[0][1], d[0][2], d[0][3]);
     __syncthreads();
@@ -143,7 +140,7 @@ __global__ void __launch_bounds__(256, 2) gemv_mma_kernel(const GemvArgs a, cons
 // warps), UNROLL groups of 32 k in flight per lane
 template <int VAR>
 cudaError_t launch_mma(const GemvArgs& a, int config, int warps, cudaStream_t stream) {
-  static constexpr int KS[] = {1, 2, 4, 8, 4, 8};
+  static constexpr int KS[] = {1, 2, 4, 8, 4, 8}, UNROLLS[] = {4, 4, 4, 4, 2, 2};
   const int idx = config - MMA_FIRST_CONFIG;
   if (idx < 0 || idx >= 6 || warps < 1 || warps > 8) return cudaErrorInvalidValue;
   const int ks = min(KS[idx], warps);
@@ -154,7 +151,7 @@ cudaError_t launch_mma(const GemvArgs& a, int config, int warps, cudaStream_t st
   const dim3 grid((tiles + tiles_per_block - 1) / tiles_per_block);
   const size_t smem = VAR == PLAIN ? 0 : static_cast<size_t>(a.m) * mma_x_stride(a.k >> 3) * sizeof(uint4);
   const int threads = tiles_per_block * ks * 32;
-  if (idx < 4) return launch_ex(gemv_mma_kernel<4, VAR>, grid, threads, smem, stream, a.pdl, a, ks);
+  if (UNROLLS[idx] == 4) return launch_ex(gemv_mma_kernel<4, VAR>, grid, threads, smem, stream, a.pdl, a, ks);
   return launch_ex(gemv_mma_kernel<2, VAR>, grid, threads, smem, stream, a.pdl, a, ks);
 }
 

@@ -1,4 +1,5 @@
-// The PLAIN instantiations of gemv_kernel.cuh (one file per variant so that they compile in parallel).
+// The PLAIN instantiations of both kernels (gemv_launch.cuh), one file per variant so that they compile in
+// parallel.
 #include "gemv_launch.cuh"
 
 namespace radixlm_gemv {
