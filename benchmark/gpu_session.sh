@@ -6,6 +6,7 @@
 #   fifteenth session: GEMV_PDL_CFGS="cublas pdl_off mode1 mode2 mode3" gemv_pdl_ab cuda_gemv_tests |
 #     GEMV_PDL_CFGS="cublas default" gemv_pdl_ab one_batch_small one_batch_cublas cuda_gemv_tests pdl_tests parity
 #   sixteenth session: GEMV_M=2,4,8 cuda_gemv_tests cuda_gemv gemv_mma_ab one_batch_mma
+#   seventeenth session: pd_overlap
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
@@ -84,6 +85,8 @@ for what in "$@"; do
     profile_overlap) step profile_overlap 200 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --cuda-graph-max-bs 8 --decode 1x256 --prefill 1x0x256 --overlap 1x256,8x2048
                grep -A14 'overlapped step ms' "$OUT/profile_overlap.log" ;;
+    pd_overlap) step pd_overlap 420 python3 benchmark/gpu_pd_overlap.py --model-path $MODEL --load-format dummy \
+                 ${PD_OVERLAP_ARGS:-} ;;
     profile_fp8) step profile_fp8 300 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
                  --kv-cache-dtype fp8_e4m3 --cuda-graph-max-bs 256 --decode 1x256,8x2560,256x2800 --prefill 1x0x2048 ;;
     argmax_tests) step argmax_tests 200 python3 -m pytest -q test/kernel/test_argmax.py test/kernel/test_sampling.py \

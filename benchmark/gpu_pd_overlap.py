@@ -1,0 +1,208 @@
+"""Can a prefill and decode steps share the GPU at once? (CUDA only; the question behind issue 11's bf16 goal.)
+
+    python benchmark/gpu_pd_overlap.py --model-path .models/llama-3.1-8b --load-format dummy
+
+A prefill is compute-bound and a large decode step mostly bandwidth-bound, so running them at the same
+time could finish both sooner than one after the other. For each case (decode BS x CTX beside a
+prefill of REQS x NEW fresh tokens) this times, on the real model runner:
+- serial: the prefill, then N decode steps (N chosen so the decode steps take about as long as the
+  prefill alone), on one stream;
+- concurrent: the prefill on one stream and the N decode steps on another, launched together, with
+  either stream (or neither) at high priority; optionally with the prefill's cuBLAS matmuls held to
+  fewer SMs (torch's SM carve-out) or the prefill on a green context of fewer SMs.
+Each variant's wall time (both done), when the decode and the prefill finished, and the gain against
+serial. Decode contexts point at random pool slots, as in gpu_profile.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable, Optional
+
+import torch
+
+from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder
+from radixlm.model_executor.model_runner import ModelRunner
+from radixlm.server_args import ServerArgs
+
+
+class Case:
+    def __init__(self, runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int) -> None:
+        self.runner, self.bs, self.ctx = runner, bs, ctx
+        self.builder = ForwardBatchBuilder.for_runner(runner)
+        self.rows = runner.req_to_token_pool.alloc(bs)
+        slots = runner.token_to_kv_pool_allocator.alloc(bs * ctx)
+        for i, row in enumerate(self.rows):
+            runner.req_to_token_pool.write(row, 0, slots[i * ctx:(i + 1) * ctx])
+        self.prefill_rows = runner.req_to_token_pool.alloc(reqs)
+        vocab = runner.model_config.vocab_size
+        self.prompts = torch.randint(0, vocab, (reqs, new)).tolist()
+        self.ids = torch.randint(0, vocab, (bs,), device=runner.device)
+        self.last_prefill = None
+        self.decode_slots: list[torch.Tensor] = []
+
+    def launch_decode(self, steps: int) -> None:
+        fb = self.builder.decode(self.rows, [self.ctx] * self.bs, self.ids)
+        out = self.runner.forward(fb)
+        self.decode_slots.append(fb.out_cache_loc)
+        for _ in range(steps - 1):
+            fb = self.builder.decode_next(fb, out.next_token_ids)
+            out = self.runner.forward(fb)
+            self.decode_slots.append(fb.out_cache_loc)
+
+    def launch_prefill(self) -> None:
+        fb = self.builder.extend(self.prefill_rows, [0] * len(self.prefill_rows), self.prompts)
+        self.runner.forward(fb)
+        self.last_prefill = fb
+
+    def cleanup(self) -> None:
+        """After a synchronize: free the slots the last trial's prefill and decode steps took."""
+        allocator = self.runner.token_to_kv_pool_allocator
+        if self.last_prefill is not None:
+            allocator.free(self.last_prefill.out_cache_loc)
+            self.last_prefill = None
+        for slots in self.decode_slots:
+            allocator.free(slots)
+        self.decode_slots = []
+
+
+def timed(fn: Callable[[], None]) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return 1e3 * (time.perf_counter() - t0)
+
+
+def run_pair(case: Case, steps: int, decode_stream: torch.cuda.Stream, prefill_stream: torch.cuda.Stream,
+             carveout: Optional[int]) -> tuple[float, float, float]:
+    """Wall ms until both are done, ms until the decode steps are done, ms until the prefill is done."""
+    start = torch.cuda.Event(enable_timing=True)
+    d_end, p_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    start.record(prefill_stream)
+    decode_stream.wait_event(start)
+    with torch.cuda.stream(prefill_stream):
+        if carveout is not None:
+            torch._C._set_sm_carveout_experimental(carveout)
+        try:
+            case.launch_prefill()
+        finally:
+            if carveout is not None:
+                torch._C._set_sm_carveout_experimental(None)
+        p_end.record(prefill_stream)
+    with torch.cuda.stream(decode_stream):
+        case.launch_decode(steps)
+        d_end.record(decode_stream)
+    torch.cuda.synchronize()
+    wall = 1e3 * (time.perf_counter() - t0)
+    out = wall, start.elapsed_time(d_end), start.elapsed_time(p_end)
+    case.cleanup()
+    return out
+
+
+def median_of(fn: Callable[[], tuple[float, ...]], reps: int) -> tuple[float, ...]:
+    results = [fn() for _ in range(reps)]
+    return tuple(statistics.median(r[i] for r in results) for i in range(len(results[0])))
+
+
+def green_stream(num_sms: int) -> Optional[torch.cuda.Stream]:
+    try:
+        from torch.cuda.green_contexts import GreenContext
+        ctx = GreenContext.create(num_sms=num_sms, device_id=torch.cuda.current_device())
+        if hasattr(ctx, "Stream"):
+            return ctx.Stream()
+        ctx.set_context()
+        try:
+            return torch.cuda.Stream()
+        finally:
+            ctx.pop_context()
+    except Exception as e:  # noqa: BLE001 - reported, the variant is skipped
+        print(f"green context of {num_sms} SMs: unavailable ({type(e).__name__}: {e})")
+        return None
+
+
+def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveouts: list[int],
+             green: list[int], reps: int) -> None:
+    case = Case(runner, bs, ctx, reqs, new)
+    main = torch.cuda.Stream()
+    with torch.cuda.stream(main):  # warm both paths (first-use compiles)
+        case.launch_prefill()
+        case.launch_decode(3)
+    torch.cuda.synchronize()
+    case.cleanup()
+
+    def prefill_alone() -> tuple[float]:
+        with torch.cuda.stream(main):
+            ms = timed(case.launch_prefill)
+        case.cleanup()
+        return (ms,)
+
+    def step_alone() -> tuple[float]:
+        with torch.cuda.stream(main):
+            ms = timed(lambda: case.launch_decode(10)) / 10
+        case.cleanup()
+        return (ms,)
+
+    t_p, = median_of(prefill_alone, reps)
+    t_d, = median_of(step_alone, reps)
+    steps = max(1, round(t_p / t_d))
+    serial = t_p + steps * t_d
+    print(f"\n## decode {bs} x {ctx} beside prefill {reqs} x {new}: prefill alone {t_p:.1f} ms "
+          f"({reqs * new / t_p * 1e3:.0f} tok/s), decode step alone {t_d:.2f} ms, N = {steps}, serial {serial:.1f} ms")
+    print("| variant | wall ms | decode done ms | prefill done ms | gain vs serial |")
+    print("|---|---|---|---|---|")
+    print(f"| serial (sum of the two alone) | {serial:.1f} | - | - | - |")
+    lo, hi = torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=-100)
+    lo2 = torch.cuda.Stream(priority=0)
+    variants: list[tuple[str, torch.cuda.Stream, torch.cuda.Stream, Optional[int]]] = [
+        ("one stream, prefill first", main, main, None),
+        ("two streams, same priority", lo, lo2, None),
+        ("two streams, prefill high", lo, hi, None),
+        ("two streams, decode high", hi, lo, None),
+    ]
+    variants += [(f"decode high, prefill matmuls carve out {k} SMs", hi, lo, k) for k in carveouts]
+    for k in green:
+        stream = green_stream(k)
+        if stream is not None:
+            variants.append((f"decode high, prefill on a {k}-SM green context", hi, stream, None))
+    for name, d_stream, p_stream, carve in variants:
+        try:
+            wall, d_done, p_done = median_of(lambda: run_pair(case, steps, d_stream, p_stream, carve), reps)
+        except Exception as e:  # noqa: BLE001 - reported, the next variant runs
+            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | | | |")
+            continue
+        print(f"| {name} | {wall:.1f} | {d_done:.1f} | {p_done:.1f} | {serial / wall:.3f}x |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-path", default=None)
+    parser.add_argument("--load-format", default="dummy")
+    parser.add_argument("--cases", default="176x2600x2x2600,8x2300x1x2048",
+                        help="comma-separated BSxCTXxREQSxNEW: decode BS x CTX beside a prefill of REQS x NEW")
+    parser.add_argument("--carveouts", default="32,66", help="SMs the prefill's matmuls leave free")
+    parser.add_argument("--green", default="66,100", help="SMs of a green context for the prefill")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--cuda-graph-max-bs", type=int, default=192)
+    args = parser.parse_args()
+    cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",") if c]
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    need = sum(b * (c + 64) + r * n for b, c, r, n in cases) + 65536  # every trial frees what it took
+    server_args = ServerArgs(model_path=args.model_path, load_format=args.load_format, dtype="bfloat16",
+                             device="cuda", max_total_tokens=need,
+                             max_running_requests=max(b + r for b, _, r, _ in cases) + 8,
+                             cuda_graph_max_bs=args.cuda_graph_max_bs).resolved()
+    runner = ModelRunner(server_args)
+    print(f"device {torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs, "
+          f"torch {torch.__version__}, backend {server_args.attention_backend}, graphs up to bs "
+          f"{args.cuda_graph_max_bs}")
+    for bs, ctx, reqs, new in cases:
+        run_case(runner, bs, ctx, reqs, new, ints(args.carveouts), ints(args.green), args.reps)
+
+
+if __name__ == "__main__":
+    main()
