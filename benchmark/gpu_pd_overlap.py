@@ -77,29 +77,38 @@ def timed(fn: Callable[[], None]) -> float:
 
 
 def run_pair(case: Case, steps: int, decode_stream: torch.cuda.Stream, prefill_stream: torch.cuda.Stream,
-             carveout: Optional[int]) -> tuple[float, float, float]:
-    """Wall ms until both are done, ms until the decode steps are done, ms until the prefill is done."""
+             carveout: Optional[int], decode_first: bool = False) -> tuple[float, float, float, float]:
+    """Wall ms until both are done, ms until the decode steps are done, ms until the prefill is done, host ms
+    until both were launched."""
     start = torch.cuda.Event(enable_timing=True)
     d_end, p_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     start.record(prefill_stream)
     decode_stream.wait_event(start)
-    with torch.cuda.stream(prefill_stream):
-        if carveout is not None:
-            torch._C._set_sm_carveout_experimental(carveout)
-        try:
-            case.launch_prefill()
-        finally:
+
+    def prefill() -> None:
+        with torch.cuda.stream(prefill_stream):
             if carveout is not None:
-                torch._C._set_sm_carveout_experimental(None)
-        p_end.record(prefill_stream)
-    with torch.cuda.stream(decode_stream):
-        case.launch_decode(steps)
-        d_end.record(decode_stream)
+                torch._C._set_sm_carveout_experimental(carveout)
+            try:
+                case.launch_prefill()
+            finally:
+                if carveout is not None:
+                    torch._C._set_sm_carveout_experimental(None)
+            p_end.record(prefill_stream)
+
+    def decode() -> None:
+        with torch.cuda.stream(decode_stream):
+            case.launch_decode(steps)
+            d_end.record(decode_stream)
+
+    for launch in ((decode, prefill) if decode_first else (prefill, decode)):
+        launch()
+    launched = 1e3 * (time.perf_counter() - t0)
     torch.cuda.synchronize()
     wall = 1e3 * (time.perf_counter() - t0)
-    out = wall, start.elapsed_time(d_end), start.elapsed_time(p_end)
+    out = wall, start.elapsed_time(d_end), start.elapsed_time(p_end), launched
     case.cleanup()
     return out
 
@@ -109,10 +118,14 @@ def median_of(fn: Callable[[], tuple[float, ...]], reps: int) -> tuple[float, ..
     return tuple(statistics.median(r[i] for r in results) for i in range(len(results[0])))
 
 
+GREEN_CONTEXTS: list = []  # a green context is destroyed with its Python object: keep them alive
+
+
 def green_stream(num_sms: int) -> Optional[torch.cuda.Stream]:
     try:
         from torch.cuda.green_contexts import GreenContext
         ctx = GreenContext.create(num_sms=num_sms, device_id=torch.cuda.current_device())
+        GREEN_CONTEXTS.append(ctx)
         if hasattr(ctx, "Stream"):
             return ctx.Stream()
         ctx.set_context()
@@ -147,35 +160,51 @@ def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveo
         case.cleanup()
         return (ms,)
 
+    with torch.cuda.stream(main):  # host syncs inside a prefill's launch would serialise it with decode
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            case.launch_prefill()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        host_ms = 1e3 * (time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    case.cleanup()
+    print(f"prefill {reqs} x {new}: host launch {host_ms:.1f} ms (sync-debug warnings above, if any)")
     t_p, = median_of(prefill_alone, reps)
     t_d, = median_of(step_alone, reps)
     steps = max(1, round(t_p / t_d))
     serial = t_p + steps * t_d
     print(f"\n## decode {bs} x {ctx} beside prefill {reqs} x {new}: prefill alone {t_p:.1f} ms "
           f"({reqs * new / t_p * 1e3:.0f} tok/s), decode step alone {t_d:.2f} ms, N = {steps}, serial {serial:.1f} ms")
-    print("| variant | wall ms | decode done ms | prefill done ms | gain vs serial |")
-    print("|---|---|---|---|---|")
-    print(f"| serial (sum of the two alone) | {serial:.1f} | - | - | - |")
+    print("| variant | wall ms | decode done ms | prefill done ms | host launch ms | gain vs serial |")
+    print("|---|---|---|---|---|---|")
+    print(f"| serial (sum of the two alone) | {serial:.1f} | - | - | - | - |")
     lo, hi = torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=-100)
     lo2 = torch.cuda.Stream(priority=0)
-    variants: list[tuple[str, torch.cuda.Stream, torch.cuda.Stream, Optional[int]]] = [
-        ("one stream, prefill first", main, main, None),
-        ("two streams, same priority", lo, lo2, None),
-        ("two streams, prefill high", lo, hi, None),
-        ("two streams, decode high", hi, lo, None),
+    variants: list[tuple[str, torch.cuda.Stream, torch.cuda.Stream, Optional[int], bool]] = [
+        ("one stream, prefill first", main, main, None, False),
+        ("two streams, same priority", lo, lo2, None, False),
+        ("two streams, prefill high", lo, hi, None, False),
+        ("two streams, decode high", hi, lo, None, False),
+        ("decode launched first, same priority", lo, lo2, None, True),
+        ("decode launched first, prefill high", lo, hi, None, True),
     ]
-    variants += [(f"decode high, prefill matmuls carve out {k} SMs", hi, lo, k) for k in carveouts]
+    variants += [(f"decode first + high, prefill matmuls carve out {k} SMs", hi, lo, k, True) for k in carveouts]
     for k in green:
         stream = green_stream(k)
         if stream is not None:
-            variants.append((f"decode high, prefill on a {k}-SM green context", hi, stream, None))
-    for name, d_stream, p_stream, carve in variants:
+            variants.append((f"decode first + high, prefill on a {k}-SM green context", hi, stream, None, True))
+    for name, d_stream, p_stream, carve, first in variants:
         try:
-            wall, d_done, p_done = median_of(lambda: run_pair(case, steps, d_stream, p_stream, carve), reps)
+            wall, d_done, p_done, host = median_of(
+                lambda: run_pair(case, steps, d_stream, p_stream, carve, first), reps)
         except Exception as e:  # noqa: BLE001 - reported, the next variant runs
-            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | | | |")
+            print(f"| {name} | failed: {type(e).__name__}: {str(e)[:80]} | | | | |")
             continue
-        print(f"| {name} | {wall:.1f} | {d_done:.1f} | {p_done:.1f} | {serial / wall:.3f}x |", flush=True)
+        print(f"| {name} | {wall:.1f} | {d_done:.1f} | {p_done:.1f} | {host:.1f} | {serial / wall:.3f}x |",
+              flush=True)
 
 
 def main() -> None:
