@@ -67,6 +67,12 @@ class Case:
             allocator.free(slots)
         self.decode_slots = []
 
+    def release(self) -> None:
+        """Give the case's request rows and context slots back (the next case needs them)."""
+        self.cleanup()
+        self.builder.release(self.rows, [self.ctx] * self.bs)
+        self.runner.req_to_token_pool.free(list(self.prefill_rows))
+
 
 def timed(fn: Callable[[], None]) -> float:
     torch.cuda.synchronize()
@@ -205,6 +211,7 @@ def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveo
             continue
         print(f"| {name} | {wall:.1f} | {d_done:.1f} | {p_done:.1f} | {host:.1f} | {serial / wall:.3f}x |",
               flush=True)
+    case.release()
 
 
 def main() -> None:
