@@ -144,30 +144,18 @@ def green_stream(num_sms: int) -> Optional[torch.cuda.Stream]:
         return None
 
 
-def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveouts: list[int],
-             green: list[int], reps: int) -> None:
-    case = Case(runner, bs, ctx, reqs, new)
-    main = torch.cuda.Stream()
-    with torch.cuda.stream(main):  # warm both paths (first-use compiles)
+Variant = tuple[str, torch.cuda.Stream, torch.cuda.Stream, Optional[int], bool]  # name, decode / prefill
+# stream, SMs the prefill's matmuls leave free, decode launched first
+
+
+def warm_and_probe_syncs(case: Case, main: torch.cuda.Stream) -> float:
+    """Warm both paths (first-use compiles), then launch one prefill under the sync debugger (a host sync in
+    its launch would serialise it with the decode); returns its host launch ms."""
+    with torch.cuda.stream(main):
         case.launch_prefill()
         case.launch_decode(3)
-    torch.cuda.synchronize()
-    case.cleanup()
-
-    def prefill_alone() -> tuple[float]:
-        with torch.cuda.stream(main):
-            ms = timed(case.launch_prefill)
-        case.cleanup()
-        return (ms,)
-
-    def step_alone() -> tuple[float]:
-        with torch.cuda.stream(main):
-            ms = timed(lambda: case.launch_decode(10)) / 10
-        case.cleanup()
-        return (ms,)
-
-    with torch.cuda.stream(main):  # host syncs inside a prefill's launch would serialise it with decode
         torch.cuda.synchronize()
+        case.cleanup()
         t0 = time.perf_counter()
         torch.cuda.set_sync_debug_mode("warn")
         try:
@@ -177,19 +165,29 @@ def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveo
         host_ms = 1e3 * (time.perf_counter() - t0)
         torch.cuda.synchronize()
     case.cleanup()
-    print(f"prefill {reqs} x {new}: host launch {host_ms:.1f} ms (sync-debug warnings above, if any)")
-    t_p, = median_of(prefill_alone, reps)
-    t_d, = median_of(step_alone, reps)
-    steps = max(1, round(t_p / t_d))
-    serial = t_p + steps * t_d
-    print(f"\n## decode {bs} x {ctx} beside prefill {reqs} x {new}: prefill alone {t_p:.1f} ms "
-          f"({reqs * new / t_p * 1e3:.0f} tok/s), decode step alone {t_d:.2f} ms, N = {steps}, serial {serial:.1f} ms")
-    print("| variant | wall ms | decode done ms | prefill done ms | host launch ms | gain vs serial |")
-    print("|---|---|---|---|---|---|")
-    print(f"| serial (sum of the two alone) | {serial:.1f} | - | - | - | - |")
-    lo, hi = torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=-100)
-    lo2 = torch.cuda.Stream(priority=0)
-    variants: list[tuple[str, torch.cuda.Stream, torch.cuda.Stream, Optional[int], bool]] = [
+    return host_ms
+
+
+def alone_ms(case: Case, main: torch.cuda.Stream, reps: int) -> tuple[float, float]:
+    """Median ms of the prefill alone and of one decode step alone (10 back to back)."""
+    def prefill() -> tuple[float]:
+        with torch.cuda.stream(main):
+            ms = timed(case.launch_prefill)
+        case.cleanup()
+        return (ms,)
+
+    def step() -> tuple[float]:
+        with torch.cuda.stream(main):
+            ms = timed(lambda: case.launch_decode(10)) / 10
+        case.cleanup()
+        return (ms,)
+
+    return median_of(prefill, reps)[0], median_of(step, reps)[0]
+
+
+def make_variants(main: torch.cuda.Stream, carveouts: list[int], green: list[int]) -> list[Variant]:
+    lo, lo2, hi = torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=0), torch.cuda.Stream(priority=-100)
+    variants: list[Variant] = [
         ("one stream, prefill first", main, main, None, False),
         ("two streams, same priority", lo, lo2, None, False),
         ("two streams, prefill high", lo, hi, None, False),
@@ -202,7 +200,24 @@ def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveo
         stream = green_stream(k)
         if stream is not None:
             variants.append((f"decode first + high, prefill on a {k}-SM green context", hi, stream, None, True))
-    for name, d_stream, p_stream, carve, first in variants:
+    return variants
+
+
+def run_case(runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int, carveouts: list[int],
+             green: list[int], reps: int) -> None:
+    case = Case(runner, bs, ctx, reqs, new)
+    main = torch.cuda.Stream()
+    host_ms = warm_and_probe_syncs(case, main)
+    print(f"prefill {reqs} x {new}: host launch {host_ms:.1f} ms (sync-debug warnings above, if any)")
+    t_p, t_d = alone_ms(case, main, reps)
+    steps = max(1, round(t_p / t_d))
+    serial = t_p + steps * t_d
+    print(f"\n## decode {bs} x {ctx} beside prefill {reqs} x {new}: prefill alone {t_p:.1f} ms "
+          f"({reqs * new / t_p * 1e3:.0f} tok/s), decode step alone {t_d:.2f} ms, N = {steps}, serial {serial:.1f} ms")
+    print("| variant | wall ms | decode done ms | prefill done ms | host launch ms | gain vs serial |")
+    print("|---|---|---|---|---|---|")
+    print(f"| serial (sum of the two alone) | {serial:.1f} | - | - | - | - |")
+    for name, d_stream, p_stream, carve, first in make_variants(main, carveouts, green):
         try:
             wall, d_done, p_done, host = median_of(
                 lambda: run_pair(case, steps, d_stream, p_stream, carve, first), reps)
