@@ -5,8 +5,8 @@
 A prefill is compute-bound and a large decode step mostly bandwidth-bound, so running them at the same
 time could finish both sooner than one after the other. For each case (decode BS x CTX beside a
 prefill of REQS x NEW fresh tokens) this times, on the real model runner:
-- serial: the prefill, then N decode steps (N chosen so the decode steps take about as long as the
-  prefill alone), on one stream;
+- serial: the prefill alone plus N decode steps alone (N chosen so the decode steps take about as long
+  as the prefill), and the two launched back to back on one stream;
 - concurrent: the prefill on one stream and the N decode steps on another, launched together, with
   either stream (or neither) at high priority; optionally with the prefill's cuBLAS matmuls held to
   fewer SMs (torch's SM carve-out) or the prefill on a green context of fewer SMs.
@@ -16,26 +16,32 @@ serial. Decode contexts point at random pool slots, as in gpu_profile.py.
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
-from typing import Callable, Optional
+import sys
+from pathlib import Path
 
-import torch
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+if __name__ == "__main__":
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
+    sys.path.insert(0, str(_REPO_ROOT))
 
-from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder
-from radixlm.model_executor.model_runner import ModelRunner
-from radixlm.server_args import ServerArgs
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from typing import Callable, Optional  # noqa: E402
+
+import torch  # noqa: E402
+
+from benchmark.gpu_profile import fake_context, release  # noqa: E402
+from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder  # noqa: E402
+from radixlm.model_executor.model_runner import ModelRunner  # noqa: E402
+from radixlm.server_args import ServerArgs  # noqa: E402
 
 
 class Case:
     def __init__(self, runner: ModelRunner, bs: int, ctx: int, reqs: int, new: int) -> None:
         self.runner, self.bs, self.ctx = runner, bs, ctx
         self.builder = ForwardBatchBuilder.for_runner(runner)
-        self.rows = runner.req_to_token_pool.alloc(bs)
-        slots = runner.token_to_kv_pool_allocator.alloc(bs * ctx)
-        for i, row in enumerate(self.rows):
-            runner.req_to_token_pool.write(row, 0, slots[i * ctx:(i + 1) * ctx])
+        self.rows, _ = fake_context(runner, bs, ctx)
         self.prefill_rows = runner.req_to_token_pool.alloc(reqs)
         vocab = runner.model_config.vocab_size
         self.prompts = torch.randint(0, vocab, (reqs, new)).tolist()
@@ -70,7 +76,7 @@ class Case:
     def release(self) -> None:
         """Give the case's request rows and context slots back (the next case needs them)."""
         self.cleanup()
-        self.builder.release(self.rows, [self.ctx] * self.bs)
+        release(self.runner, self.rows, [self.ctx] * self.bs)
         self.runner.req_to_token_pool.free(list(self.prefill_rows))
 
 
