@@ -7,6 +7,8 @@
 #     GEMV_PDL_CFGS="cublas default" gemv_pdl_ab one_batch_small one_batch_cublas cuda_gemv_tests pdl_tests parity
 #   sixteenth session: GEMV_M=2,4,8 cuda_gemv_tests cuda_gemv gemv_mma_ab one_batch_mma
 #   seventeenth session: pd_overlap
+#   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
+#     one_batch_small offline_ci online
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
@@ -177,10 +179,11 @@ for what in "$@"; do
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512) ;;
     offline_ci|offline_ci_x)  # offline_ci_x: with OFFLINE_FLAGS (extra flags), logged as offline_ci_$OFFLINE_TAG
-            name=offline_ci; [ $what = offline_ci_x ] && name=offline_ci_${OFFLINE_TAG:-x}
+            name=offline_ci extra=""  # plain offline_ci ignores OFFLINE_FLAGS, so that one call can run both
+            [ $what = offline_ci_x ] && name=offline_ci_${OFFLINE_TAG:-x} extra=${OFFLINE_FLAGS:-}
             step $name 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
-                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 ${OFFLINE_FLAGS:-} ;;
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 $extra ;;
     shared_prefix|shared_prefix_radix) flags=("" "--disable-radix-cache"); [ $what = shared_prefix_radix ] && flags=("")
                for flag in "${flags[@]}"; do
                  step "shared_prefix${flag//-/_}" 240 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \

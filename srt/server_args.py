@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight", "random")
+SCHEDULE_POLICIES = ("fcfs", "lpm", "lof", "dfs-weight", "random")
 ATTENTION_BACKENDS = ("torch_native", "triton", "flashinfer")
 GRAMMAR_BACKENDS = ("xgrammar", "none")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")

@@ -4,7 +4,10 @@ Policies (a registry; names feed `--schedule-policy`): `fcfs` keeps arrival orde
 (longest prefix match first) falls back to fcfs past `LPM_FALLBACK_QUEUE_LEN` waiting
 requests because it matches every queued prompt each step; `dfs-weight` walks the radix
 tree visiting heavier subtrees first so requests sharing a prefix run together;
-`random` shuffles with the scheduler's seeded generator.
+`random` shuffles with the scheduler's seeded generator; `lof` (longest output first)
+admits the requests with the largest `max_new_tokens` first, so that in an offline batch
+the long generations start early and the run does not end on a tail of a few of them
+decoding alone at a small batch.
 
 The PrefillAdder admits requests in that order under three budgets: the token budget
 (`--max-prefill-tokens`, counting only the uncached part), the chunk budget
@@ -68,6 +71,11 @@ def random_order(queue: list[Req], kv: KVCacheManager, rng: random.Random) -> li
     out = list(queue)
     rng.shuffle(out)
     return out
+
+
+@register_policy("lof")
+def longest_output_first(queue: list[Req], kv: KVCacheManager, rng: random.Random) -> list[Req]:
+    return sorted(queue, key=lambda r: -r.sampling_params.max_new_tokens)  # stable: ties keep arrival order
 
 
 @register_policy("dfs-weight")

@@ -2,7 +2,7 @@
 
 One engine per scheduler configuration, started and shut down in turn (module-scoped,
 parametrized): the overlap loop on (the reference) and off, mixed chunks, and every
-policy (fcfs, lpm, dfs-weight, random); a few configurations combine features to save
+policy (fcfs, lpm, lof, dfs-weight, random); a few configurations combine features to save
 start-ups, while overlap on/off differ in nothing else. Each must give exactly the reference's greedy
 outputs on the e2e prompt set, with few running requests so the policies really reorder.
 The same engines show that `lpm` raises the hit rate on a shuffled shared-prefix workload
@@ -37,6 +37,7 @@ CONFIGS = {  # the last two combine features to save engine start-ups (each must
     "overlap-fcfs": {},
     "no-overlap": {"disable_overlap_schedule": True},
     "lpm": {"schedule_policy": "lpm"},
+    "lof": {"schedule_policy": "lof"},
     "mixed-chunk-random": {"enable_mixed_chunk": True, "chunked_prefill_size": 8, "schedule_policy": "random"},
     "dfs-weight": {"schedule_policy": "dfs-weight", "disable_overlap_schedule": True, "max_total_tokens": 20000,
                    "max_running_requests": 32},

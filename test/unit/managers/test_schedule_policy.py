@@ -73,6 +73,14 @@ def test_memory_reservation_for_running_requests() -> None:
     assert adder.add_one_req(_req("a", list(range(50)), max_new=60))  # 100 + 50 + 30 <= 300
 
 
+def test_lof_orders_by_max_new_tokens_and_keeps_arrival_order_on_ties() -> None:
+    kv = _kv()
+    queue = [_req("a", [1], max_new=5), _req("b", [2], max_new=50), _req("c", [3], max_new=5),
+             _req("d", [4], max_new=20)]
+    assert [r.rid for r in order_queue("lof", queue, kv, random.Random(0))] == ["b", "d", "a", "c"]
+    assert [r.rid for r in queue] == ["a", "b", "c", "d"]  # the waiting queue itself is not reordered
+
+
 def test_lpm_orders_by_prefix_and_falls_back_to_fcfs() -> None:
     kv = _kv()
     _cache(kv, list(range(100)))
