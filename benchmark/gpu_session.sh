@@ -8,7 +8,7 @@
 #   sixteenth session: GEMV_M=2,4,8 cuda_gemv_tests cuda_gemv gemv_mma_ab one_batch_mma
 #   seventeenth session: pd_overlap
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
-#     one_batch_small offline_ci online
+#     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
