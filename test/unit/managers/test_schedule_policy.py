@@ -9,7 +9,8 @@ import torch
 
 from radixlm.managers.kv_cache_manager import KVCacheManager
 from radixlm.managers.schedule_batch import Req
-from radixlm.managers.schedule_policy import PrefillAdder, order_queue
+from radixlm import server_args
+from radixlm.managers.schedule_policy import SCHEDULE_POLICIES, PrefillAdder, order_queue
 from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
 from radixlm.mem_cache.memory_pool import ReqToTokenPool
 from radixlm.mem_cache.radix_cache import RadixCache
@@ -71,6 +72,10 @@ def test_memory_reservation_for_running_requests() -> None:
     adder = PrefillAdder(kv, running, new_token_ratio=0.5, max_prefill_tokens=1000, chunked_prefill_size=-1,
                          max_new_reqs=8)
     assert adder.add_one_req(_req("a", list(range(50)), max_new=60))  # 100 + 50 + 30 <= 300
+
+
+def test_the_flag_accepts_exactly_the_registered_policies() -> None:
+    assert set(server_args.SCHEDULE_POLICIES) == set(SCHEDULE_POLICIES)
 
 
 def test_lof_orders_by_max_new_tokens_and_keeps_arrival_order_on_ties() -> None:
