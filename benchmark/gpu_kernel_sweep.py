@@ -464,6 +464,55 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
         print(f"| {cfg} | " + " | ".join(times[i]) + " |", flush=True)
 
 
+def run_decode_splits(cases: list[tuple[int, str]], fp8: bool) -> None:
+    """Decode split counts over a bf16 or fp8_e4m3 pool: the eighteenth session's kernel (occupancy bands
+    ((4, 2), (16, 3)), splits not aligned to the tile), the default `OCCUPANCY_BANDS` with aligned splits, one
+    occupancy for every batch size (2, 3, 4, 6, 8), and every fixed grid split count S (each row
+    min(cdiv(len, MIN_SPLIT_LEN), S) splits), aligned. us per layer call in a CUDA graph (TB/s of K+V read);
+    checked against the reference."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kind = "fp8_e4m3" if fp8 else "bf16"
+    print(f"\n## decode attention, {kind} K/V: split counts (us per layer call, TB/s of K+V read)")
+    print("| bs x ctx | eighteenth session: bands ((4, 2), (16, 3)), unaligned (S) | default (S) | one occupancy 2 / 3 / 4 / 6 / 8 (S) | "
+          "best fixed S |")
+    print("|---|---|---|---|---|")
+    saved = (dec.OCCUPANCY, dec.OCCUPANCY_BANDS)
+    for bs, ctx in cases:
+        c = decode_case(bs, ctx, fp8, case_tail(ctx))
+        lens_list, kb, vb, r2t, rows, lens, q, o, ref = (c[k] for k in ("lens_list", "kb", "vb", "r2t", "rows",
+                                                                       "lens", "q", "o", "ref"))
+        nbytes = 2 * sum(lens_list) * HKV * D * kb.element_size()
+        logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
+        lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
+        counters = torch.zeros(bs, HKV, dtype=torch.int32, device=DEV)
+
+        def timed(grid: int) -> str:
+            def fn() -> None:
+                K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, None, D ** -0.5, grid, logits, lse,
+                                       split_counters=counters)
+            ms = bench(fn)
+            bad = ref is not None and (o.float() - ref.float()).abs().max().item() > (3e-2 if fp8 else 2e-2) * 4
+            return f"{ms * 1e3:.1f} ({nbytes / ms / 1e9:.2f}){' MISMATCH' if bad else ''}"
+
+        def with_bands(occupancy: int, bands: tuple) -> str:
+            dec.OCCUPANCY, dec.OCCUPANCY_BANDS = occupancy, bands
+            grid = K.grid_kv_splits(bs, HKV, 32, sms)
+            return f"{timed(grid)} ({grid})"
+
+        dec.ALIGN_SPLITS = False  # the eighteenth session's kernel
+        old = with_bands(2, ((4, 2), (16, 3)))
+        dec.ALIGN_SPLITS = True
+        new = with_bands(*saved)
+        one = [with_bands(occ, ()) for occ in (2, 3, 4, 6, 8)]
+        dec.OCCUPANCY, dec.OCCUPANCY_BANDS = saved
+        fixed = {s: timed(s) for s in (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)}
+        best_s = min(fixed, key=lambda s: float(fixed[s].split()[0]))
+        print(f"| {bs} x {ctx} | {old} | {new} | {' / '.join(one)} | {fixed[best_s]} at S={best_s} |", flush=True)
+        print("  fixed S: " + ", ".join(f"{s}: {v}" for s, v in fixed.items()), flush=True)
+        del kb, vb, c
+        torch.cuda.empty_cache()
+
+
 FP8_ORDER_CONFIGS = [{}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST": True, "lpt": True},
                      *({"FP8_NUM_WARPS": 2, "FP8_SWAP_AB": False, "FP8_SLOTS_AHEAD": True, **extra}
                        for extra in ({}, {"lpt": True}, {"HEADS_FASTEST": True}, {"HEADS_FASTEST": True, "lpt": True})),
@@ -483,8 +532,9 @@ SMALL_ORDER_CONFIGS = [{}, {"FUSED_MERGE": True}, {"FUSED_MERGE": True, "HEADS_F
                        {"FUSED_MERGE": True, "NUM_WARPS": 4, "SLOTS_AHEAD": True, "HEADS_FASTEST": True},
                        {"FUSED_MERGE": True, "BLOCK_N": 32, "NUM_WARPS": 4, "SLOTS_AHEAD": True}]
 
-# split programs per SM: MID_OCCUPANCY for batches of 5-16 rows, OCCUPANCY for the others; the fused merge's reach
-OCCUPANCY_CONFIGS = [{}, {"MID_OCCUPANCY": 2}, {"MID_OCCUPANCY": 4}, {"MID_OCCUPANCY": 4, "FUSED_MERGE_MAX_SPLITS": 16},
+# split programs per SM: OCCUPANCY_BANDS by batch size, OCCUPANCY above them; the fused merge's reach
+OCCUPANCY_CONFIGS = [{}, {"OCCUPANCY_BANDS": ((4, 2), (16, 3))}, {"OCCUPANCY_BANDS": ((16, 4),)},
+                     {"OCCUPANCY_BANDS": ((8, 6), (16, 4)), "FUSED_MERGE_MAX_SPLITS": 16},
                      {"OCCUPANCY": 3, "FUSED_MERGE_MAX_SPLITS": 16}, {"OCCUPANCY": 4}]
 
 
@@ -515,10 +565,17 @@ def main() -> None:
                         help="only the decode kernel's launch order (longest first, a row's heads side by side)")
     parser.add_argument("--occupancy-only", action="store_true",
                         help="only split programs per SM and the fused merge's reach on --decode (bf16 and fp8 pools)")
+    parser.add_argument("--splits-only", action="store_true",
+                        help="only the decode kernel's split counts on --decode (bf16) and --fp8-decode")
+    parser.add_argument("--fp8-decode", default="", help="--splits-only: the fp8 cases (default: --decode)")
     parser.add_argument("--merge-only", action="store_true",
                         help="only the fused merge's reach on --decode (bf16 and fp8 pools)")
     args = parser.parse_args()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.splits_only:
+        run_decode_splits(decode_cases(args.decode), fp8=False)
+        run_decode_splits(decode_cases(args.fp8_decode or args.decode), fp8=True)
+        return
     if args.merge_only:
         run_decode_order(decode_cases(args.decode), False, MERGE_CONFIGS)
         run_decode_order(decode_cases(args.decode), True, MERGE_CONFIGS)

@@ -7,6 +7,7 @@
 #     GEMV_PDL_CFGS="cublas default" gemv_pdl_ab one_batch_small one_batch_cublas cuda_gemv_tests pdl_tests parity
 #   sixteenth session: GEMV_M=2,4,8 cuda_gemv_tests cuda_gemv gemv_mma_ab one_batch_mma
 #   seventeenth session: pd_overlap
+#   nineteenth session: prefill_attn decode_splits profile_prefill
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
@@ -221,10 +222,16 @@ for what in "$@"; do
                  --decode ${ORDER_CASES:-1x512,64x2048,128x2800i,256x2800i,512x2300i} ;;
     occupancy_sweep) step occupancy_sweep 300 python3 benchmark/gpu_kernel_sweep.py --occupancy-only \
                  --decode ${OCC_CASES:-1x4096,2x2048,4x2048,8x2048,8x2560i,16x1024,16x2560i,32x2048,64x2048} ;;
-    occupancy_ab)  # the mid-batch occupancy end to end: old (2,2) against new (the default), one run each
-            for occ in 2,2 default; do (if [ $occ != default ]; then export RADIXLM_KERNEL_DECODE_OCCUPANCY=$occ; fi
-              step "occupancy_ab_${occ/,/_}" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
+    occupancy_ab)  # the decode occupancy bands end to end: OCC_AB_OLD (the eighteenth session's) against the default
+            for occ in ${OCC_AB_OLD:-2,4:2,16:3} default; do (if [ $occ != default ]; then export RADIXLM_KERNEL_DECODE_OCCUPANCY=$occ; fi
+              step "occupancy_ab_$(echo $occ | tr ',:' '__')" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --batch-size 8 16 --input-len 2048 --output-len 64); done ;;
+    prefill_attn) step prefill_attn 300 python3 benchmark/gpu_prefill_attention.py ${PREFILL_ATTN_CASES:+--cases $PREFILL_ATTN_CASES} ;;
+    decode_splits) step decode_splits 300 python3 benchmark/gpu_kernel_sweep.py --splits-only \
+                 --decode ${SPLITS_CASES:-1x2048,2x2600r,4x2048,4x2600r,6x2600r,8x2048,8x2560r,12x2048r,16x1024,16x2048r,32x2048r,64x2048r} ;;
+    profile_prefill) step profile_prefill 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \
+                 --cuda-graph-max-bs 8 --decode 1x256 --prefill 1x0x2048,1x0x4096,4x0x2048
+               grep -E '^ +[0-9.]+ us|prefill' "$OUT/profile_prefill.log" | head -40 ;;
     layers_cuda) step layers_cuda 240 python3 -m pytest -q test/unit/layers/test_layers_cuda.py ;;
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \

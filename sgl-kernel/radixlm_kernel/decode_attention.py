@@ -40,14 +40,15 @@ BLOCK_N = 64
 NUM_WARPS = 2
 NUM_STAGES = 3
 MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the parallelism gains
-OCCUPANCY = 2  # aim for this many split programs per SM
-# batches of SMALL_BS < bs <= MID_BS aim for MID_OCCUPANCY instead: more, shorter splits, so a row's long
-# context does not run on alone (eighth session, `gpu_kernel_sweep.py --occupancy-only`, us per layer call,
-# 2 -> 3: bf16 8 x 2048 31.6 -> 27.6, 8 x ~2560 random lengths 43.3 -> 37.7, 16 x 1024 28.7 -> 24.9, 16 x
-# ~2560 81.2 -> 63.9; fp8 21.5 -> 18.9, 28.5 -> 24.3, 18.7 -> 15.8, 62.0 -> 46.4; at bs 2-4 and 32-64 a higher
-# occupancy lost or tied)
-MID_BS = 16
-MID_OCCUPANCY = 3
+OCCUPANCY = 2  # aim for this many split programs per SM (batches above every band below)
+# (max rows, occupancy) bands, smallest first: small and mid-sized batches aim for more, shorter splits, so
+# that a row's long context does not run on alone. Eighth session (`gpu_kernel_sweep.py --occupancy-only`,
+# us per layer call, 5-16 rows, 2 -> 3: bf16 8 x 2048 31.6 -> 27.6, 16 x 1024 28.7 -> 24.9; fp8 21.5 -> 18.9,
+# 18.7 -> 15.8). Nineteenth
+# session (`--splits-only`, bf16, lengths uniform in [1, 2 x ctx - 1] as a serving batch has them; the
+# eighteenth session's bands ((4, 2), (16, 3)) -> these): 4 x 2600 27.2 -> 19.5, 6 x 2600 38.5 -> 30.8,
+# 8 x 2560 37.9 -> 28.1, 12 x 2048 51.4 -> 47.5, 16 x 2048 61.0 -> 54.7; uniform 8 x 2048 and 16 x 1024 tie.
+OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((8, 6), (16, 4))
 # fp8 pools: a tile of BLOCK_N tokens is half the bytes, so they get their own knobs. FP8_VIA_F16 reads
 # K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
 # FP8_SWAP_AB puts the K/V tile on the left of both dots (s^T = K q^T, acc^T += V^T p^T), so the tile
@@ -82,6 +83,10 @@ SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  #
 # splits lost at 1 x 1024-4096 and 2 x 2048 also with the max taken first and the loads unrolled)
 FUSED_MERGE = True
 FUSED_MERGE_MAX_SPLITS = 8
+# a split's length is rounded up to a multiple of the tile (BLOCK_N), so that only a row's last split loads
+# a partial tile (nineteenth session, `--splits-only`, bf16, us per layer call, unaligned -> aligned: 8 x 2048
+# at 10 splits 32.0 -> 27.6, at 24 33.9 -> 28.6; 16 x 1024 at 12 splits 34.1 -> 28.9)
+ALIGN_SPLITS = True
 
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
@@ -114,20 +119,23 @@ def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int, bo
     return block_n, warps, stages, bool(swap), heads, bool(ahead)
 
 
-def _occupancy_from_env(value: str) -> tuple[int, int]:
-    """OCCUPANCY,MID_OCCUPANCY from RADIXLM_KERNEL_DECODE_OCCUPANCY (two positive integers)."""
+def _occupancy_from_env(value: str) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """OCCUPANCY and OCCUPANCY_BANDS from RADIXLM_KERNEL_DECODE_OCCUPANCY: "OCCUPANCY[,MAX_BS:OCC]...",
+    positive integers (e.g. "2,4:2,16:3", the eighteenth session's defaults); bands come back sorted."""
     try:
-        occupancy, mid = (int(x) for x in value.split(","))
-        if occupancy < 1 or mid < 1:
+        head, *bands = value.split(",")
+        occupancy = int(head)
+        pairs = tuple(sorted((int(a), int(b)) for a, b in (band.split(":") for band in bands)))
+        if occupancy < 1 or any(a < 1 or b < 1 for a, b in pairs):
             raise ValueError
     except ValueError:
-        raise ValueError(f"RADIXLM_KERNEL_DECODE_OCCUPANCY must be OCCUPANCY,MID_OCCUPANCY (two positive "
-                         f"integers), got {value!r}") from None
-    return occupancy, mid
+        raise ValueError(f"RADIXLM_KERNEL_DECODE_OCCUPANCY must be OCCUPANCY[,MAX_BS:OCCUPANCY]... (positive "
+                         f"integers, e.g. 2,8:6,16:4), got {value!r}") from None
+    return occupancy, pairs
 
 
 if os.environ.get("RADIXLM_KERNEL_DECODE_OCCUPANCY"):  # split programs per SM, for A/B runs
-    OCCUPANCY, MID_OCCUPANCY = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
+    OCCUPANCY, OCCUPANCY_BANDS = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
     FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _knobs_from_env(
         "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])
@@ -148,7 +156,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
                          SLOTS_AHEAD: tl.constexpr, HEADS_FASTEST: tl.constexpr, FUSED_MERGE: tl.constexpr,
                          count_ptr, cnt_s0, kn_ptr, vn_ptr, loc_ptr, cs_ptr, kn_s0, vn_s0, cs_s0, half, rotary_dim,
                          FUSED_ROPE: tl.constexpr, ROPE_NEOX: tl.constexpr, min_split, grid_splits,
-                         SPLITS_FROM_LEN: tl.constexpr, USE_PDL: tl.constexpr):
+                         SPLITS_FROM_LEN: tl.constexpr, SPLIT_ALIGN: tl.constexpr, USE_PDL: tl.constexpr):
     pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     if HEADS_FASTEST:  # grid (head groups, splits, rows): a row's programs are launched side by side
         pid_b, kv0, split = tl.program_id(2), tl.program_id(0) * HEADS, tl.program_id(1)
@@ -163,7 +171,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
     if CASCADE:  # [0, P) is the cascade prefix kernel's
         ctx_start = tl.load(pre_len_ptr + b).to(tl.int32)
     num_splits = _row_splits(splits_ptr, b, seq_len - ctx_start, min_split, grid_splits, SPLITS_FROM_LEN)
-    split_len = tl.cdiv(seq_len - ctx_start, num_splits)
+    split_len = _split_len(seq_len - ctx_start, num_splits, SPLIT_ALIGN)
     start = ctx_start + split * split_len
     end = tl.minimum(start + split_len, seq_len)
     if (split < num_splits) & (start < end):
@@ -235,6 +243,14 @@ def _row_splits(splits_ptr, b, own_len, min_split, grid_splits, FROM_LEN: tl.con
     if FROM_LEN:
         return tl.minimum(tl.maximum(tl.cdiv(own_len, min_split), 1), grid_splits)
     return tl.load(splits_ptr + b).to(tl.int32)
+
+
+@triton.jit
+def _split_len(own_len, num_splits, ALIGN: tl.constexpr):
+    """Tokens per split of a row's `own_len`, rounded up to a multiple of ALIGN (the tile) so that only
+    the row's last split ends in a partial tile; cdiv(own_len, split_len) <= num_splits splits then
+    hold tokens, and the others exit at once."""
+    return tl.cdiv(tl.cdiv(own_len, num_splits), ALIGN) * ALIGN
 
 
 @triton.jit
@@ -379,7 +395,8 @@ def _combine(num, den, mx, o_s, lse_s):
 def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
                          BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split,
-                         grid_splits, SPLITS_FROM_LEN: tl.constexpr, USE_PDL: tl.constexpr):
+                         grid_splits, SPLITS_FROM_LEN: tl.constexpr, SPLIT_ALIGN: tl.constexpr,
+                         USE_PDL: tl.constexpr):
     pdl_begin(USE_PDL)  # see radixlm_kernel.utils.pdl_args
     b = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1).to(tl.int64)
@@ -391,12 +408,12 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
         n_pre = tl.load(n_pre_ptr + b).to(tl.int32)
         pre_split = tl.cdiv(prefix, tl.maximum(n_pre, 1))
         own = s - SPLIT_BASE
-        split_len = tl.cdiv(seq_len - prefix, num_splits)
+        split_len = _split_len(seq_len - prefix, num_splits, SPLIT_ALIGN)
         valid = tl.where(s < SPLIT_BASE, (s < n_pre) & (s * pre_split < prefix),
                          (own >= 0) & (own < num_splits) & (own * split_len < seq_len - prefix))
     else:
         num_splits = _row_splits(splits_ptr, b, seq_len, min_split, grid_splits, SPLITS_FROM_LEN)
-        split_len = tl.cdiv(seq_len, num_splits)
+        split_len = _split_len(seq_len, num_splits, SPLIT_ALIGN)
         valid = (s < num_splits) & (s * split_len < seq_len)
     dv = tl.arange(0, BLOCK_DV)
     lse = tl.load(mid_lse_ptr + b * ml_s0 + head * ml_s1 + s, mask=valid, other=float("-inf"))
@@ -409,13 +426,19 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
     tl.store(o_ptr + b * o_s0 + head * o_s1 + dv, out.to(o_ptr.dtype.element_ty), mask=dv < v_head_dim)
 
 
+def occupancy_for(bs: int) -> int:
+    """Split programs per SM a decode batch of `bs` rows aims for: its band's (`OCCUPANCY_BANDS`), else
+    `OCCUPANCY`."""
+    return next((occ for max_bs, occ in OCCUPANCY_BANDS if bs <= max_bs), OCCUPANCY)
+
+
 def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int, heads_per_program: int = 1) -> int:
     """The most splits any request of a batch of `bs` gets: enough (request, kv head group, split)
-    programs to fill the GPU `OCCUPANCY` (`MID_OCCUPANCY` for mid-sized batches) times over, capped at
+    programs to fill the GPU `occupancy_for(bs)` times over, capped at
     `max_kv_splits`. A host int (it depends on the batch size only), so it sizes the grid: no programs
     launched just to exit. `heads_per_program`: what `kv_heads_per_program` gives for the pool."""
     programs = bs * triton.cdiv(num_kv_heads, heads_per_program)
-    occupancy = MID_OCCUPANCY if SMALL_BS < bs <= MID_BS else OCCUPANCY
+    occupancy = occupancy_for(bs)
     return max(1, min(max_kv_splits, triton.cdiv(occupancy * num_sms, max(1, programs))))
 
 
@@ -543,6 +566,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
     fp8 = is_fp8(k_buffer.dtype)
     block_n, warps, stages, swap, ahead = _launch_knobs(fp8, bs)
+    align = block_n if ALIGN_SPLITS else 1
     heads = kv_heads_per_program(num_kv_heads, k_buffer.dtype)
     block_g = next_power_of_2(group)
     groups = triton.cdiv(num_kv_heads, heads)
@@ -567,8 +591,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
         cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens),
-        min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, num_warps=warps,
-        num_stages=stages, **pdl_args(q))
+        min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align,
+        num_warps=warps, num_stages=stages, **pdl_args(q))
     if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
@@ -576,7 +600,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0),
         o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
         CASCADE=cascade is not None, SPLIT_BASE=base, min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits,
-        SPLITS_FROM_LEN=from_len, num_warps=4, **pdl_args(q))
+        SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align, num_warps=4, **pdl_args(q))
 
 
 def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:

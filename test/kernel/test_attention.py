@@ -130,6 +130,22 @@ def test_fused_merge_many_splits(device: str, dtype: torch.dtype, tol: dict, mon
     _check_decode_twice([1, 37, 90, 700], 2, 4, 13, device, dtype, tol)
 
 
+@pytest.mark.parametrize("align", [True, False], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("fused_merge", [True, False])
+def test_split_alignment(device: str, dtype: torch.dtype, tol: dict, align: bool, fused_merge: bool,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split lengths rounded up to the tile (ALIGN_SPLITS) leave some of a row's splits without tokens
+    (130 tokens in 8 splits: splits of 64, three hold tokens) and put a partial tile only at a row's end;
+    merged by each row's last split program or by the second kernel: the reference's output, twice.
+    Unaligned splits (cdiv(len, splits) tokens) alike."""
+    import radixlm_kernel.decode_attention as dec
+
+    monkeypatch.setattr(dec, "ALIGN_SPLITS", align)
+    monkeypatch.setattr(dec, "FUSED_MERGE", fused_merge)
+    torch.manual_seed(11)
+    _check_decode_twice([1, 63, 65, 130, 700], 2, 4, 8, device, dtype, tol)
+
+
 @pytest.mark.parametrize("grid,fused_merge", [(1, True), (8, True), (16, False), (16, True)])
 def test_splits_from_lengths(device: str, dtype: torch.dtype, tol: dict, grid: int, fused_merge: bool,
                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,34 +225,44 @@ def test_knobs_from_env() -> None:
 
 
 def test_num_kv_splits_bounds(device: str) -> None:
+    from radixlm_kernel.decode_attention import occupancy_for
+
     lens = torch.tensor([1, 255, 257, 100000], device=device)
-    splits = compute_num_kv_splits(lens, num_kv_heads=8, max_kv_splits=16, num_sms=132)
-    assert splits.dtype == torch.int32 and splits.tolist() == [1, 4, 5, 9]  # occupancy caps at cdiv(264, 32)
+    cap = -(-occupancy_for(4) * 40 // 32)  # 4 rows x 8 kv heads = 32 programs per split, 40 SMs
+    assert 5 < cap < 16
+    splits = compute_num_kv_splits(lens, num_kv_heads=8, max_kv_splits=16, num_sms=40)
+    assert splits.dtype == torch.int32 and splits.tolist() == [1, 4, 5, cap]  # occupancy caps the long row
     assert compute_num_kv_splits(lens, 8, 16, num_sms=1000).tolist() == [1, 4, 5, 16]
     out = torch.zeros(6, dtype=torch.int32, device=device)
-    assert compute_num_kv_splits(lens, 8, 16, num_sms=132, out=out).data_ptr() == out.data_ptr()
-    assert out.tolist() == [1, 4, 5, 9, 0, 0]
+    assert compute_num_kv_splits(lens, 8, 16, num_sms=40, out=out).data_ptr() == out.data_ptr()
+    assert out.tolist() == [1, 4, 5, cap, 0, 0]
 
 
 def test_grid_splits_occupancy_bands() -> None:
-    """Batches of SMALL_BS < bs <= MID_BS fill the GPU MID_OCCUPANCY times over, the others OCCUPANCY times."""
+    """Each batch size fills the GPU with its band's occupancy (OCCUPANCY above every band); smaller
+    batches aim for more programs per SM."""
     from radixlm_kernel import decode_attention as dec
 
-    for bs in (1, dec.SMALL_BS, dec.SMALL_BS + 1, 8, dec.MID_BS, dec.MID_BS + 1, 64):
-        occupancy = dec.MID_OCCUPANCY if dec.SMALL_BS < bs <= dec.MID_BS else dec.OCCUPANCY
+    bands = dec.OCCUPANCY_BANDS
+    assert list(bands) == sorted(bands) and all(occ > dec.OCCUPANCY for _, occ in bands)
+    assert [occ for _, occ in bands] == sorted((occ for _, occ in bands), reverse=True)
+    edges = {1, 64} | {max_bs for max_bs, _ in bands} | {max_bs + 1 for max_bs, _ in bands}
+    for bs in sorted(edges):
+        occupancy = next((occ for max_bs, occ in bands if bs <= max_bs), dec.OCCUPANCY)
+        assert dec.occupancy_for(bs) == occupancy, bs
         want = max(1, min(32, -(-occupancy * 132 // (bs * 8))))
         assert grid_kv_splits(bs, 8, 32, 132) == want, bs
-    assert dec.MID_OCCUPANCY > dec.OCCUPANCY
-    assert grid_kv_splits(8, 8, 32, 132) == 7 and grid_kv_splits(dec.MID_BS + 1, 8, 32, 132) == 2
+    assert grid_kv_splits(8, 8, 32, 132) == 13 and grid_kv_splits(12, 8, 32, 132) == 6
+    assert grid_kv_splits(17, 8, 32, 132) == 2
 
 
 def test_occupancy_from_env() -> None:
-    """RADIXLM_KERNEL_DECODE_OCCUPANCY's value: OCCUPANCY,MID_OCCUPANCY, else an error naming the variable."""
+    """RADIXLM_KERNEL_DECODE_OCCUPANCY's value: OCCUPANCY[,MAX_BS:OCC]..., else an error naming the variable."""
     from radixlm_kernel.decode_attention import _occupancy_from_env
 
-    assert _occupancy_from_env("2,2") == (2, 2)
-    assert _occupancy_from_env("1,4") == (1, 4)
-    for bad in ("3", "2,0", "a,b", "1,2,3"):
+    assert _occupancy_from_env("2") == (2, ())
+    assert _occupancy_from_env("2,16:3,4:2") == (2, ((4, 2), (16, 3)))
+    for bad in ("", "0", "2,0:3", "2,4:0", "a,b", "2,4", "2,4:2:1"):
         with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_OCCUPANCY must be"):
             _occupancy_from_env(bad)
 
