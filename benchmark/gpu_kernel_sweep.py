@@ -74,13 +74,16 @@ def time_configs(configs: list[tuple], apply: Callable[[tuple], None], fn: Calla
     return results
 
 
-def decode_launch(lens: torch.Tensor, heads: int = 1) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+def decode_launch(lens: torch.Tensor, heads: int = 1, fp8: bool = False
+                  ) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
     """What the triton backend hands `decode_attention_fwd` for these lengths, with the current knobs
-    (`heads` kv heads per program): (grid splits, per-request splits, partial-output and log-sum-exp scratch)."""
+    (`heads` kv heads per program, `fp8`: over an fp8 pool): (grid splits, per-request splits, partial-output and
+    log-sum-exp scratch)."""
     bs, sms = lens.shape[0], torch.cuda.get_device_properties(0).multi_processor_count
     logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
     lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
-    return (K.grid_kv_splits(bs, HKV, 32, sms, heads), K.compute_num_kv_splits(lens, HKV, 32, sms, heads_per_program=heads),
+    return (K.grid_kv_splits(bs, HKV, 32, sms, heads, fp8),
+            K.compute_num_kv_splits(lens, HKV, 32, sms, heads_per_program=heads, fp8=fp8),
             logits, lse)
 
 
@@ -169,7 +172,7 @@ def run_decode_fp8(cases: list[tuple[int, str]], configs: list[tuple]) -> None:
         def apply(cfg: tuple) -> None:
             for name, value in zip(knobs, cfg):
                 setattr(dec, name, value)
-            launch[:] = decode_launch(lens)
+            launch[:] = decode_launch(lens, fp8=True)
 
         def attend(k_pool: torch.Tensor, v_pool: torch.Tensor) -> None:
             grid, splits, logits, lse = launch
@@ -242,7 +245,7 @@ def run_decode_heads(cases: list[tuple[int, str]], configs: list[tuple], fp8: bo
         def apply(cfg: tuple) -> None:
             for name, value in zip(knobs, cfg):
                 setattr(dec, name, value)
-            launch[:] = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype))
+            launch[:] = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype), fp8)
 
         def fn() -> None:
             grid, splits, logits, lse = launch
@@ -443,7 +446,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
         for i, cfg in enumerate(configs):
             for name, value in saved.items():
                 setattr(dec, name, cfg.get(name, value))
-            grid, splits, logits, lse = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype))
+            grid, splits, logits, lse = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype), fp8)
             order = lpt if cfg.get("lpt") else None
 
             def fn() -> None:
@@ -466,17 +469,18 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
 
 def run_decode_splits(cases: list[tuple[int, str]], fp8: bool) -> None:
     """Decode split counts over a bf16 or fp8_e4m3 pool: the eighteenth session's kernel (occupancy bands
-    ((4, 2), (16, 3)), splits not aligned to the tile), the default `OCCUPANCY_BANDS` with aligned splits, one
-    occupancy for every batch size (2, 3, 4, 6, 8), and every fixed grid split count S (each row
-    min(cdiv(len, MIN_SPLIT_LEN), S) splits), aligned. us per layer call in a CUDA graph (TB/s of K+V read);
-    checked against the reference."""
+    ((4, 2), (16, 3)), splits not aligned to the tile), the defaults for this pool (`OCCUPANCY_BANDS` and
+    `ALIGN_SPLITS`, or their FP8_ twins), one occupancy for every batch size (2, 3, 4, 6, 8), and every fixed
+    grid split count S (each row min(cdiv(len, MIN_SPLIT_LEN), S) splits), the last two with the default
+    alignment. us per layer call in a CUDA graph (TB/s of K+V read); checked against the reference."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kind = "fp8_e4m3" if fp8 else "bf16"
     print(f"\n## decode attention, {kind} K/V: split counts (us per layer call, TB/s of K+V read)")
     print("| bs x ctx | eighteenth session: bands ((4, 2), (16, 3)), unaligned (S) | default (S) | one occupancy 2 / 3 / 4 / 6 / 8 (S) | "
           "best fixed S |")
     print("|---|---|---|---|---|")
-    saved = (dec.OCCUPANCY, dec.OCCUPANCY_BANDS)
+    bands_knob, align_knob = ("FP8_OCCUPANCY_BANDS", "FP8_ALIGN_SPLITS") if fp8 else ("OCCUPANCY_BANDS", "ALIGN_SPLITS")
+    saved = (dec.OCCUPANCY, getattr(dec, bands_knob), getattr(dec, align_knob))
     for bs, ctx in cases:
         c = decode_case(bs, ctx, fp8, case_tail(ctx))
         lens_list, kb, vb, r2t, rows, lens, q, o, ref = (c[k] for k in ("lens_list", "kb", "vb", "r2t", "rows",
@@ -494,18 +498,20 @@ def run_decode_splits(cases: list[tuple[int, str]], fp8: bool) -> None:
             bad = ref is not None and (o.float() - ref.float()).abs().max().item() > (3e-2 if fp8 else 2e-2) * 4
             return f"{ms * 1e3:.1f} ({nbytes / ms / 1e9:.2f}){' MISMATCH' if bad else ''}"
 
-        def with_bands(occupancy: int, bands: tuple) -> str:
-            dec.OCCUPANCY, dec.OCCUPANCY_BANDS = occupancy, bands
-            grid = K.grid_kv_splits(bs, HKV, 32, sms)
+        def with_bands(occupancy: int, bands: tuple, align: bool) -> str:
+            dec.OCCUPANCY = occupancy
+            setattr(dec, bands_knob, bands)
+            setattr(dec, align_knob, align)
+            grid = K.grid_kv_splits(bs, HKV, 32, sms, fp8=fp8)
             return f"{timed(grid)} ({grid})"
 
-        dec.ALIGN_SPLITS = False  # the eighteenth session's kernel
-        old = with_bands(2, ((4, 2), (16, 3)))
-        dec.ALIGN_SPLITS = True
+        old = with_bands(2, ((4, 2), (16, 3)), False)  # the eighteenth session's kernel
         new = with_bands(*saved)
-        one = [with_bands(occ, ()) for occ in (2, 3, 4, 6, 8)]
-        dec.OCCUPANCY, dec.OCCUPANCY_BANDS = saved
+        one = [with_bands(occ, (), saved[2]) for occ in (2, 3, 4, 6, 8)]
         fixed = {s: timed(s) for s in (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)}
+        dec.OCCUPANCY = saved[0]
+        setattr(dec, bands_knob, saved[1])
+        setattr(dec, align_knob, saved[2])
         best_s = min(fixed, key=lambda s: float(fixed[s].split()[0]))
         print(f"| {bs} x {ctx} | {old} | {new} | {' / '.join(one)} | {fixed[best_s]} at S={best_s} |", flush=True)
         print("  fixed S: " + ", ".join(f"{s}: {v}" for s, v in fixed.items()), flush=True)

@@ -71,6 +71,7 @@ class TritonAttnBackend(AttentionBackend):
         self.device = torch.device(model_runner.device)
         self.num_kv_heads = pool.head_num
         self.kv_dtype = pool.dtype
+        self.kv_fp8 = radixlm_kernel.utils.is_fp8(pool.dtype)  # the decode kernel's split knobs differ by dtype
         self.v_head_dim = pool.v_head_dim
         self.num_q_heads = cfg.num_attention_heads // getattr(model_runner, "tp_size", 1)
         self.num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -119,7 +120,8 @@ class TritonAttnBackend(AttentionBackend):
             meta.order = self.kernel.longest_first_order(own, out=order_out) if self.longest_first else None
             meta.num_kv_splits = self.kernel.compute_num_kv_splits(own, self.num_kv_heads, self._split_cap(True),
                                                                    self.num_sms, out=splits_out,
-                                                                   heads_per_program=self._heads_per_program())
+                                                                   heads_per_program=self._heads_per_program(),
+                                                                   fp8=self.kv_fp8)
         else:  # the decode kernels count each request's splits from its length (no launch for them)
             meta.order = self._order(forward_batch, out=order_out)
             meta.num_kv_splits = None
@@ -139,7 +141,7 @@ class TritonAttnBackend(AttentionBackend):
     def _grid_splits(self, bs: int, cascade: bool = False) -> int:
         """The decode grid's split dimension for `bs` rows (what `_plan_decode`'s splits never exceed)."""
         return self.kernel.grid_kv_splits(bs, self.num_kv_heads, self._split_cap(cascade), self.num_sms,
-                                          self._heads_per_program())
+                                          self._heads_per_program(), fp8=self.kv_fp8)
 
     def _heads_per_program(self) -> int:
         """KV heads one decode program attends (a kernel knob per pool dtype; it sizes the grid)."""

@@ -44,11 +44,16 @@ OCCUPANCY = 2  # aim for this many split programs per SM (batches above every ba
 # (max rows, occupancy) bands, smallest first: small and mid-sized batches aim for more, shorter splits, so
 # that a row's long context does not run on alone. Eighth session (`gpu_kernel_sweep.py --occupancy-only`,
 # us per layer call, 5-16 rows, 2 -> 3: bf16 8 x 2048 31.6 -> 27.6, 16 x 1024 28.7 -> 24.9; fp8 21.5 -> 18.9,
-# 18.7 -> 15.8). Nineteenth
-# session (`--splits-only`, bf16, lengths uniform in [1, 2 x ctx - 1] as a serving batch has them; the
-# eighteenth session's bands ((4, 2), (16, 3)) -> these): 4 x 2600 27.2 -> 19.5, 6 x 2600 38.5 -> 30.8,
-# 8 x 2560 37.9 -> 28.1, 12 x 2048 51.4 -> 47.5, 16 x 2048 61.0 -> 54.7; uniform 8 x 2048 and 16 x 1024 tie.
+# 18.7 -> 15.8). Nineteenth session (`--splits-only`, bf16, the eighteenth session's bands ((4, 2), (16, 3))
+# and unaligned splits -> these bands, aligned): lengths uniform in [1, 2 x ctx - 1] as a serving batch has
+# them, 4 x 2600 28.8 -> 19.3, 6 x 2600 35.8 -> 30.8, 8 x 2560 38.0 -> 27.8, 12 x 2048 52.0 -> 47.7,
+# 16 x 2048 61.8 -> 55.4; equal lengths about even, 4 x 2048 16.6 -> 17.2, 8 x 2048 29.4 -> 29.9, 16 x 1024
+# 25.7 -> 25.1.
 OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((8, 6), (16, 4))
+# fp8 pools keep the eighth session's bands: over fp8 pools the bands above (nineteenth session, aligned) lost on
+# equal lengths (8 x 2048 18.6 -> 24.4, 16 x 1024 15.5 -> 25.0 us) about what they won on random ones (8 x 2560
+# 28.1 -> 21.4, 6 x 2600 28.5 -> 25.1)
+FP8_OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((4, 2), (16, 3))
 # fp8 pools: a tile of BLOCK_N tokens is half the bytes, so they get their own knobs. FP8_VIA_F16 reads
 # K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
 # FP8_SWAP_AB puts the K/V tile on the left of both dots (s^T = K q^T, acc^T += V^T p^T), so the tile
@@ -87,6 +92,7 @@ FUSED_MERGE_MAX_SPLITS = 8
 # a partial tile (nineteenth session, `--splits-only`, bf16, us per layer call, unaligned -> aligned: 8 x 2048
 # at 10 splits 32.0 -> 27.6, at 24 33.9 -> 28.6; 16 x 1024 at 12 splits 34.1 -> 28.9)
 ALIGN_SPLITS = True
+FP8_ALIGN_SPLITS = False  # fp8 pools: 0.3-2 us slower aligned at 5-16 rows (the same sweep)
 
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
@@ -426,31 +432,34 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
     tl.store(o_ptr + b * o_s0 + head * o_s1 + dv, out.to(o_ptr.dtype.element_ty), mask=dv < v_head_dim)
 
 
-def occupancy_for(bs: int) -> int:
-    """Split programs per SM a decode batch of `bs` rows aims for: its band's (`OCCUPANCY_BANDS`), else
-    `OCCUPANCY`."""
-    return next((occ for max_bs, occ in OCCUPANCY_BANDS if bs <= max_bs), OCCUPANCY)
+def occupancy_for(bs: int, fp8: bool = False) -> int:
+    """Split programs per SM a decode batch of `bs` rows aims for: its band's (`OCCUPANCY_BANDS`, or
+    `FP8_OCCUPANCY_BANDS` over an fp8 pool), else `OCCUPANCY`."""
+    bands = FP8_OCCUPANCY_BANDS if fp8 else OCCUPANCY_BANDS
+    return next((occ for max_bs, occ in bands if bs <= max_bs), OCCUPANCY)
 
 
-def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int, heads_per_program: int = 1) -> int:
+def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int, heads_per_program: int = 1,
+                   fp8: bool = False) -> int:
     """The most splits any request of a batch of `bs` gets: enough (request, kv head group, split)
     programs to fill the GPU `occupancy_for(bs)` times over, capped at
     `max_kv_splits`. A host int (it depends on the batch size only), so it sizes the grid: no programs
-    launched just to exit. `heads_per_program`: what `kv_heads_per_program` gives for the pool."""
+    launched just to exit. `heads_per_program`: what `kv_heads_per_program` gives for the pool; `fp8`: the
+    pool holds fp8 K/V."""
     programs = bs * triton.cdiv(num_kv_heads, heads_per_program)
-    occupancy = occupancy_for(bs)
+    occupancy = occupancy_for(bs, fp8)
     return max(1, min(max_kv_splits, triton.cdiv(occupancy * num_sms, max(1, programs))))
 
 
 def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_splits: int,
                           num_sms: Optional[int] = None, out: Optional[torch.Tensor] = None,
-                          heads_per_program: int = 1) -> torch.Tensor:
+                          heads_per_program: int = 1, fp8: bool = False) -> torch.Tensor:
     """Splits per request, on the device (int32 [bs]): enough programs to fill the GPU, at least
     `MIN_SPLIT_LEN` tokens per split, at most `grid_kv_splits(...)`. No host sync; `out` reuses a buffer."""
     bs = seq_lens.shape[0]
     if num_sms is None:
         num_sms = _num_sms(seq_lens.device)
-    by_occupancy = grid_kv_splits(bs, num_kv_heads, max_kv_splits, num_sms, heads_per_program)
+    by_occupancy = grid_kv_splits(bs, num_kv_heads, max_kv_splits, num_sms, heads_per_program, fp8)
     splits = torch.clamp((seq_lens + (MIN_SPLIT_LEN - 1)) // MIN_SPLIT_LEN, 1, by_occupancy)
     if out is None:
         return splits.to(torch.int32)
@@ -566,7 +575,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
     fp8 = is_fp8(k_buffer.dtype)
     block_n, warps, stages, swap, ahead = _launch_knobs(fp8, bs)
-    align = block_n if ALIGN_SPLITS else 1
+    align = block_n if (FP8_ALIGN_SPLITS if fp8 else ALIGN_SPLITS) and max_kv_splits > 1 else 1
     heads = kv_heads_per_program(num_kv_heads, k_buffer.dtype)
     block_g = next_power_of_2(group)
     groups = triton.cdiv(num_kv_heads, heads)

@@ -238,22 +238,23 @@ def test_num_kv_splits_bounds(device: str) -> None:
     assert out.tolist() == [1, 4, 5, cap, 0, 0]
 
 
-def test_grid_splits_occupancy_bands() -> None:
-    """Each batch size fills the GPU with its band's occupancy (OCCUPANCY above every band); smaller
-    batches aim for more programs per SM."""
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_grid_splits_occupancy_bands(fp8: bool) -> None:
+    """Each batch size fills the GPU with its band's occupancy (OCCUPANCY above every band; fp8 pools
+    have their own bands); smaller batches aim for more programs per SM."""
     from radixlm_kernel import decode_attention as dec
 
-    bands = dec.OCCUPANCY_BANDS
-    assert list(bands) == sorted(bands) and all(occ > dec.OCCUPANCY for _, occ in bands)
-    assert [occ for _, occ in bands] == sorted((occ for _, occ in bands), reverse=True)
+    bands = dec.FP8_OCCUPANCY_BANDS if fp8 else dec.OCCUPANCY_BANDS
+    assert list(bands) == sorted(bands) and all(occ >= dec.OCCUPANCY for _, occ in bands)
+    assert [occ for _, occ in bands] == sorted((occ for _, occ in bands), reverse=True) or fp8
     edges = {1, 64} | {max_bs for max_bs, _ in bands} | {max_bs + 1 for max_bs, _ in bands}
     for bs in sorted(edges):
         occupancy = next((occ for max_bs, occ in bands if bs <= max_bs), dec.OCCUPANCY)
-        assert dec.occupancy_for(bs) == occupancy, bs
+        assert dec.occupancy_for(bs, fp8) == occupancy, bs
         want = max(1, min(32, -(-occupancy * 132 // (bs * 8))))
-        assert grid_kv_splits(bs, 8, 32, 132) == want, bs
-    assert grid_kv_splits(8, 8, 32, 132) == 13 and grid_kv_splits(12, 8, 32, 132) == 6
-    assert grid_kv_splits(17, 8, 32, 132) == 2
+        assert grid_kv_splits(bs, 8, 32, 132, fp8=fp8) == want, bs
+    assert grid_kv_splits(8, 8, 32, 132, fp8=fp8) == (7 if fp8 else 13)
+    assert grid_kv_splits(17, 8, 32, 132, fp8=fp8) == 2
 
 
 def test_occupancy_from_env() -> None:
