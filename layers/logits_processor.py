@@ -40,16 +40,20 @@ class LogitsProcessor(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, hidden_states: torch.Tensor, lm_head: nn.Module,
                 forward_batch: "ForwardBatch", residual: Optional[torch.Tensor] = None,
-                norm: Optional["RMSNorm"] = None) -> LogitsProcessorOutput:
+                norm: Optional["RMSNorm"] = None, last_rows_only: bool = False) -> LogitsProcessorOutput:
         """With `norm`, `hidden_states` and `residual` are the last layer's outputs and the model's final
-        norm, `norm(hidden_states + residual)`, is applied here: small batches fold it into the LM head GEMV."""
+        norm, `norm(hidden_states + residual)`, is applied here: small batches fold it into the LM head GEMV.
+        `last_rows_only`: an extend whose model computed one row per request (its last new token) instead
+        of one per new token; the prompt logprobs need them all, so it excludes `return_logprob`."""
+        if last_rows_only and forward_batch.return_logprob:
+            raise ValueError("input-token logprobs read every new token's hidden state, not last_rows_only")
         if norm is not None and forward_batch.return_logprob and forward_batch.forward_mode.is_extend():
             # the prompt logprobs read every position: normalise them all first
             hidden_states, residual, norm = final_norm(norm, hidden_states, residual), None, None
-        if forward_batch.forward_mode.is_decode():
+        if forward_batch.forward_mode.is_decode() or last_rows_only:
             last_hidden, last_residual = hidden_states, residual
         else:
-            last_index = torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1
+            last_index = forward_batch.last_token_index()
             last_hidden = hidden_states[last_index]
             last_residual = residual[last_index] if residual is not None else None
         out = LogitsProcessorOutput(next_token_logits=self.compute_logits(last_hidden, lm_head, last_residual, norm))

@@ -33,6 +33,12 @@ class RadixAttention(nn.Module):
         rotated yet and the backend rotates them and stores k/v."""
         return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, save_kv_cache, rope)
 
+    def forward_extend_last(self, q_last: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        """An extend where only each request's last new token is read: k/v `[T, Hkv*D]` (all new tokens, stored),
+        q_last `[bs, Hq*D]` -> `[bs, Hq*Dv]` (see `AttentionBackend.forward_extend_last`)."""
+        return forward_batch.attn_backend.forward_extend_last(q_last, k, v, self, forward_batch, save_kv_cache)
+
     def takes_rope(self, forward_batch: "ForwardBatch") -> bool:
         """Whether this batch's backend folds the rotary embedding and the KV store into attention."""
         return forward_batch.attn_backend.takes_decode_rope(forward_batch)

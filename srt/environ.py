@@ -64,6 +64,13 @@ def decode_longest_first() -> bool:
     return _get("DECODE_LONGEST_FIRST", "1") != "0"
 
 
+def prune_last_layer() -> bool:
+    """RADIXLM_PRUNE_LAST_LAYER=0: extend batches run the last decoder layer's attention output, o_proj
+    and MLP for every new token instead of only each request's last one, the only row the next-token
+    logits read (for A/B runs); on by default."""
+    return _get("PRUNE_LAST_LAYER", "1") != "0"
+
+
 def fused_gemv_max_tokens(default: int) -> int:
     """RADIXLM_FUSED_GEMV_MAX_TOKENS=N: batches of at most N tokens (N <= 16) take the fused small-batch GEMV
     kernels (norm / SiLU-and-mul folded into the matmul) on CUDA; 0 turns them off (for A/B runs)."""

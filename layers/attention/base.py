@@ -6,6 +6,9 @@ A backend writes the new tokens' K/V into the KV pool at `forward_batch.out_cach
 - extend: request i has `extend_prefix_lens[i]` cached tokens and `extend_seq_lens[i]` new
   ones; new token j attends to the whole prefix and causally to new tokens 0..j.
 - decode: one new token per request attends to all `seq_lens[i]` tokens (itself included).
+- extend, last query only (`forward_extend_last`): every new token's K/V are stored, but only
+  each request's last new token attends (to all `seq_lens[i]` tokens, as a decode would),
+  for a model layer whose other rows nobody reads.
 
 Tensors: q `[num_tokens, num_heads * head_dim]`, k and v `[num_tokens, num_kv_heads *
 head_dim]`; the result is `[num_tokens, num_heads * v_head_dim]`.
@@ -31,6 +34,8 @@ class AttentionBackend(ABC):
     # False when a CUDA-graph replay needs no host-side planning (everything is recorded in the graph),
     # so the graph runner skips building the padded batch for `init_forward_metadata_replay_cuda_graph`
     plans_replay_on_host: bool = True
+    # True when `forward_extend_last` is implemented; a model asks before skipping its last layer's unread rows
+    supports_extend_last: bool = False
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         """Precompute per-batch metadata once, before the layers run."""
@@ -42,6 +47,18 @@ class AttentionBackend(ABC):
     @abstractmethod
     def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
                        forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor: ...
+
+    def forward_extend_last(self, q_last: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                            forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        """An extend batch of which only each request's last new token's output is read. k/v `[num_tokens,
+        Hkv*D]` are every new token's (rotated), stored at out_cache_loc when `save_kv_cache`; q_last `[bs,
+        Hq*D]` is each request's last new token (position `seq_lens[i] - 1`), which attends to its whole
+        context `[0, seq_lens[i])` once the new K/V are in the pool. Returns `[bs, Hq*Dv]`.
+
+        No generic default: attending "as a decode would" needs decode metadata, which each backend plans
+        in its own way in `init_forward_metadata` (and did for an extend here). Backends that implement it
+        set `supports_extend_last`; for the others the model runs the whole layer."""
+        raise NotImplementedError(f"{type(self).__name__} does not attend for the last extend token only")
 
     def takes_decode_rope(self, forward_batch: "ForwardBatch") -> bool:
         """True when `forward(..., rope=...)` on this batch rotates q/k and stores k/v itself (one kernel

@@ -4,6 +4,8 @@ Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `extend_attention_fwd` (prefix through req_to_token, new tokens causally) and decode runs
 `decode_attention_fwd` (flash-decoding; the kernels count each request's KV splits from its
 length; a cascade batch's splits are computed on the device from the context past the prefix).
+An extend whose last queries alone are read (`forward_extend_last`) stores every new K/V and runs
+`decode_attention_fwd` for those queries, eager (no order, no cascade, kernel-allocated scratch).
 Outside cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
 them and stores the new k/v itself, one launch per layer instead of two. Decode
 batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
@@ -61,6 +63,7 @@ class ExtendMetadata:
 class TritonAttnBackend(AttentionBackend):
     accepts_stored_kv = True
     plans_replay_on_host = False
+    supports_extend_last = True
 
     def __init__(self, model_runner: object) -> None:
         import radixlm_kernel  # the kernel package (pip install -e sgl-kernel)
@@ -212,15 +215,29 @@ class TritonAttnBackend(AttentionBackend):
         if not isinstance(meta, DecodeMetadata):
             raise RuntimeError("init_forward_metadata was not called for this decode batch")
         self._save_kv(k, v, layer, forward_batch, save_kv_cache)
+        return self._decode_attention(
+            q, layer, forward_batch, meta.num_kv_splits, self._grid_splits(q.shape[0], meta.cascade is not None),
+            attn_logits=meta.attn_logits, attn_lse=meta.attn_lse, order=meta.order, cascade=meta.cascade,
+            num_sms=self.num_sms, split_counters=meta.split_counters, rope=rope)
+
+    def forward_extend_last(self, q_last: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
+                            forward_batch: "ForwardBatch", save_kv_cache: bool = True) -> torch.Tensor:
+        """The decode kernel over each request's whole context (the pool holds the new K/V once stored); the
+        extend's metadata plans nothing for it, so the kernel counts the splits and allocates its scratch."""
+        self._save_kv(k, v, layer, forward_batch, save_kv_cache)
+        return self._decode_attention(q_last, layer, forward_batch, None, self._grid_splits(q_last.shape[0]))
+
+    def _decode_attention(self, q: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",
+                          num_kv_splits: Optional[torch.Tensor], max_kv_splits: int, **launch: object) -> torch.Tensor:
+        """`decode_attention_fwd`: q `[bs, Hq*D]`, one query per request over its `seq_lens` slots in the
+        pool -> `[bs, Hq*Dv]`; `launch` passes the kernel's optional scratch and planning arguments."""
         k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         bs = q.shape[0]
         o = q.new_empty(bs, layer.tp_q_head_num, layer.v_head_dim)
         self.kernel.decode_attention_fwd(
             q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
             forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-            meta.num_kv_splits, layer.scaling, max_kv_splits=self._grid_splits(bs, meta.cascade is not None),
-            attn_logits=meta.attn_logits, attn_lse=meta.attn_lse, order=meta.order, cascade=meta.cascade,
-            num_sms=self.num_sms, split_counters=meta.split_counters, rope=rope)
+            num_kv_splits, layer.scaling, max_kv_splits=max_kv_splits, **launch)
         return o.view(bs, -1)
 
     def takes_decode_rope(self, forward_batch: "ForwardBatch") -> bool:

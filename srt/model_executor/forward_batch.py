@@ -65,3 +65,8 @@ class ForwardBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+    def last_token_index(self) -> torch.Tensor:
+        """int64 [bs] (extend batches): the row of each request's last new token in `input_ids`, the one
+        whose output gives the request's next-token logits."""
+        return torch.cumsum(self.extend_seq_lens, dim=0) - 1

@@ -2,6 +2,10 @@
 
 Qwen2 and Qwen3 subclass these pieces: Qwen2 adds a bias to the fused QKV projection,
 Qwen3 normalises q and k per head (`LlamaAttention.prepare_qk`).
+
+In extend batches the last layer stores every new token's K/V but runs the rest (attention
+output, o_proj, MLP) for each request's last new token only, the one row the next-token
+logits read (`LlamaForCausalLM.skips_unread_rows` says when).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
+from radixlm import environ
 from radixlm.layers.layernorm import RMSNorm
 from radixlm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
 from radixlm.layers.logits_processor import LogitsProcessor, LogitsProcessorOutput
@@ -76,16 +81,38 @@ class LlamaAttention(nn.Module):
                 residual: Optional[torch.Tensor], norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """`(attention(norm(hidden_states + residual)), hidden_states + residual)`, the norm inside the QKV
         projection; residual None (the first layer) normalises hidden_states alone and returns it as residual."""
+        q, k, v, residual = self._project(hidden_states, residual, norm)
+        if self.attn.takes_rope(forward_batch):  # decode on the triton backend: one kernel rotates, stores, attends
+            return self.o_proj(self.attn(q, k, v, forward_batch, rope=self.rotary_emb)), residual
+        q, k, v, save_kv_cache = self._rotate(positions, q, k, v, forward_batch)
+        return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=save_kv_cache)), residual
+
+    def forward_last(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
+                     residual: Optional[torch.Tensor], norm: RMSNorm, last_index: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s rows at `last_index` (`[bs, hidden]` each) of an extend batch: K/V are still
+        projected, rotated and stored for every new token, but only those rows' queries attend."""
+        q, k, v, residual = self._project(hidden_states, residual, norm)
+        q, k, v, save_kv_cache = self._rotate(positions, q, k, v, forward_batch)
+        out = self.attn.forward_extend_last(q[last_index], k, v, forward_batch, save_kv_cache=save_kv_cache)
+        return self.o_proj(out), residual[last_index]
+
+    def _project(self, hidden_states: torch.Tensor, residual: Optional[torch.Tensor], norm: RMSNorm
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(q, k, v, hidden_states + residual)` of `norm(hidden_states + residual)`, before rotary."""
         qkv, residual = self.qkv_proj.forward_normed(hidden_states, residual, norm)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.prepare_qk(q, k)
-        if self.attn.takes_rope(forward_batch):  # decode on the triton backend: one kernel rotates, stores, attends
-            return self.o_proj(self.attn(q, k, v, forward_batch, rope=self.rotary_emb)), residual
+        return q, k, v, residual
+
+    def _rotate(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                forward_batch: "ForwardBatch") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+        """`(q, k, v, save_kv_cache)` with q/k rotated; save_kv_cache is False where k/v are in the pool already."""
         # on CUDA one kernel rotates q/k in place inside qkv and writes k/v into the pool: no copies
         if self.rotary_emb.forward_and_store_kv(positions, q, k, v, self.attn.kv_store_target(forward_batch)):
-            return self.o_proj(self.attn(q, k, v, forward_batch, save_kv_cache=False)), residual
+            return q, k, v, False
         q, k = self.rotary_emb(positions, q.contiguous(), k.contiguous())
-        return self.o_proj(self.attn(q, k, v.contiguous(), forward_batch)), residual
+        return q, k, v.contiguous(), True
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -104,6 +131,14 @@ class LlamaDecoderLayer(nn.Module):
                                                  self.input_layernorm)
         return self.mlp(hidden_states, residual, self.post_attention_layernorm)
 
+    def forward_last(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: "ForwardBatch",
+                     residual: Optional[torch.Tensor], last_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`'s rows at `last_index` only (every new token's K/V still go into the pool): attention
+        output, o_proj and the MLP run on `bs` rows instead of one per new token."""
+        hidden_states, residual = self.self_attn.forward_last(positions, hidden_states, forward_batch, residual,
+                                                              self.input_layernorm, last_index)
+        return self.mlp(hidden_states, residual, self.post_attention_layernorm)
+
 
 class LlamaModel(nn.Module):
     def __init__(self, config: PretrainedConfig, tp_rank: int, tp_size: int,
@@ -114,13 +149,17 @@ class LlamaModel(nn.Module):
                                     for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: "ForwardBatch"
-                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: "ForwardBatch",
+                last_rows_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The last layer's (hidden_states, residual): `self.norm` of their sum is left to the logits
-        processor, which folds it into the LM head."""
+        processor, which folds it into the LM head. With `last_rows_only` (extend batches) the last layer
+        returns each request's last new token's row only, the one its next-token logits read."""
         hidden_states, residual = self.embed_tokens(input_ids), None
-        for layer in self.layers:
+        for layer in self.layers[:-1] if last_rows_only else self.layers:
             hidden_states, residual = layer(positions, hidden_states, forward_batch, residual)
+        if last_rows_only:
+            hidden_states, residual = self.layers[-1].forward_last(positions, hidden_states, forward_batch, residual,
+                                                                   forward_batch.last_token_index())
         return hidden_states, residual
 
 
@@ -138,12 +177,26 @@ class LlamaForCausalLM(nn.Module):
         else:
             self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tp_rank, tp_size)
         self.logits_processor = LogitsProcessor(config.vocab_size)
+        self.prune_last_layer = environ.prune_last_layer()  # RADIXLM_PRUNE_LAST_LAYER=0 turns it off
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 forward_batch: "ForwardBatch") -> LogitsProcessorOutput:
-        hidden_states, residual = self.model(input_ids, positions, forward_batch)
-        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch, residual, self.model.norm)
+        last_rows_only = self.skips_unread_rows(forward_batch)
+        hidden_states, residual = self.model(input_ids, positions, forward_batch, last_rows_only)
+        return self.logits_processor(input_ids, hidden_states, self.lm_head, forward_batch, residual, self.model.norm,
+                                     last_rows_only=last_rows_only)
+
+    def skips_unread_rows(self, forward_batch: "ForwardBatch") -> bool:
+        """Whether the last layer may run its attention output, o_proj and MLP for each request's last new
+        token only, the one row the logits read (every new token's K/V are still stored). Only where
+        - `prune_last_layer` is on (RADIXLM_PRUNE_LAST_LAYER=0 turns it off, for A/B runs);
+        - the batch is an extend (EXTEND or MIXED): in a decode every row is its request's last token, so
+          there is nothing to skip, and the CUDA graphs (decode only) keep the path they captured;
+        - no input-token logprobs are asked for: they read every new token's hidden state;
+        - the attention backend implements `forward_extend_last` (flashinfer does not)."""
+        return (self.prune_last_layer and forward_batch.forward_mode.is_extend() and not forward_batch.return_logprob
+                and forward_batch.attn_backend.supports_extend_last)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors; a tied checkpoint's `lm_head.weight` (if present) is skipped."""

@@ -74,3 +74,10 @@ def test_decode_fused_rope_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert environ.decode_fused_rope() is True
     monkeypatch.setenv("RADIXLM_DECODE_FUSED_ROPE", "0")
     assert environ.decode_fused_rope() is False
+
+
+def test_prune_last_layer_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_PRUNE_LAST_LAYER", raising=False)
+    assert environ.prune_last_layer() is True
+    monkeypatch.setenv("RADIXLM_PRUNE_LAST_LAYER", "0")
+    assert environ.prune_last_layer() is False
