@@ -220,8 +220,8 @@ for what in "$@"; do
                 grep -E '^##|^   ' "$OUT/kernel_asm.log" ;;
     order_sweep) step order_sweep 420 python3 benchmark/gpu_kernel_sweep.py --order-only \
                  --decode ${ORDER_CASES:-1x512,64x2048,128x2800i,256x2800i,512x2300i} ;;
-    occupancy_sweep) step occupancy_sweep 300 python3 benchmark/gpu_kernel_sweep.py --occupancy-only \
-                 --decode ${OCC_CASES:-1x4096,2x2048,4x2048,8x2048,8x2560i,16x1024,16x2560i,32x2048,64x2048} ;;
+    occupancy_sweep) step occupancy_sweep 420 python3 benchmark/gpu_kernel_sweep.py --occupancy-only \
+                 --decode ${OCC_CASES:-6x512,8x384,8x2048,8x2560r,16x2048r,32x2048r,64x2048r,176x2600i,256x2800i} ;;
     occupancy_ab)  # the decode occupancy bands end to end: OCC_AB_OLD (the eighteenth session's) against the default
             for occ in ${OCC_AB_OLD:-2,4:2,16:3} default; do (if [ $occ != default ]; then export RADIXLM_KERNEL_DECODE_OCCUPANCY=$occ; fi
               step "occupancy_ab_$(echo $occ | tr ',:' '__')" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
