@@ -13,103 +13,22 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from typing import Callable
 
 import torch
-import triton.testing
 
 import radixlm_kernel as K
 from radixlm_kernel import decode_attention as dec
+from radixlm_kernel import decode_splits as dsplits
 from radixlm_kernel import extend_attention as ext
 from radixlm_kernel import reference as R
 
-HQ, HKV, D = 32, 8, 128
-DEV, DT = "cuda", torch.bfloat16
-
-
-def pool(lens: list[int], extra: int = 0, tail_frac: float = 0.0
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """K/V buffers and req_to_token rows: contiguous slot runs per request (a prefill's), requests
-    shuffled; with `tail_frac`, the last fraction of each request's tokens is allocated one token per
-    request in turn after them, as decode steps allocate."""
-    total = sum(lens) + extra + 1
-    kb = torch.randn(total, HKV, D, device=DEV, dtype=DT)
-    vb = torch.randn_like(kb)
-    order = torch.randperm(len(lens)).tolist()
-    tails = [int(n * tail_frac) for n in lens]
-    slots: list[list[int]] = [[] for _ in lens]
-    at = 1
-    for i in order:
-        slots[i], at = list(range(at, at + lens[i] - tails[i])), at + lens[i] - tails[i]
-    for step in range(max(tails, default=0)):
-        for i in order:
-            if step < tails[i]:
-                slots[i].append(at)
-                at += 1
-    r2t = torch.zeros(len(lens), max(lens) + 8, dtype=torch.int32, device=DEV)
-    for i, row in enumerate(slots):
-        r2t[i, :len(row)] = torch.tensor(row, dtype=torch.int32, device=DEV)
-    return kb, vb, r2t, torch.arange(len(lens), device=DEV)
-
-
-def bench(fn) -> float:
-    fn()
-    return triton.testing.do_bench_cudagraph(fn, rep=30)
-
-
-def time_configs(configs: list[tuple], apply: Callable[[tuple], None], fn: Callable[[], None],
-                 check: Callable[[tuple], None]) -> dict[tuple, float]:
-    """Each config applied in turn and `fn` timed (ms); a config that does not compile (shared memory)
-    is skipped; `check(cfg)` then looks at the output of its last call."""
-    results = {}
-    for cfg in configs:
-        apply(cfg)
-        try:
-            ms = bench(fn)
-        except Exception as e:  # noqa: BLE001 - skipped, named in the log
-            print(f"  skip {cfg}: {type(e).__name__}")
-            continue
-        check(cfg)
-        results[cfg] = ms
-    return results
-
-
-def decode_launch(lens: torch.Tensor, heads: int = 1, fp8: bool = False
-                  ) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What the triton backend hands `decode_attention_fwd` for these lengths, with the current knobs
-    (`heads` kv heads per program, `fp8`: over an fp8 pool): (grid splits, per-request splits, partial-output and
-    log-sum-exp scratch)."""
-    bs, sms = lens.shape[0], torch.cuda.get_device_properties(0).multi_processor_count
-    logits = torch.empty(bs, HQ, 32, D, device=DEV, dtype=torch.float32)
-    lse = torch.empty(bs, HQ, 32, device=DEV, dtype=torch.float32)
-    return (K.grid_kv_splits(bs, HKV, 32, sms, heads, fp8),
-            K.compute_num_kv_splits(lens, HKV, 32, sms, heads_per_program=heads, fp8=fp8),
-            logits, lse)
-
-
-def decode_cases(spec: str) -> list[tuple[int, str]]:
-    """"BSxCTX,..."; a trailing "r" (e.g. 256x2800r) draws the lengths uniformly in [1, 2 * CTX - 1] instead,
-    as a serving batch has them (the split count and tail tiles then differ per request); a trailing "i"
-    draws them so too and allocates the last 40% of each request's tokens interleaved (see `pool`)."""
-    return [(int(c.split("x")[0]), c.split("x")[1]) for c in spec.split(",")]
-
-
-def case_lens(ctx: str, bs: int, seed: int = 0) -> list[int]:
-    """The `bs` context lengths of a `decode_cases` entry."""
-    if ctx[-1] in "ri":
-        mean = int(ctx[:-1])
-        g = torch.Generator().manual_seed(seed)
-        return torch.randint(1, 2 * mean, (bs,), generator=g).tolist()
-    return [int(ctx)] * bs
-
-
-def case_tail(ctx: str) -> float:
-    """The interleaved fraction of a `decode_cases` entry's pool layout."""
-    return 0.4 if ctx.endswith("i") else 0.0
+from gpu_cascade_sweep import run_shared_decode, run_unshared, sweep_cascade
+from gpu_sweep_cases import (DEV, DT, HKV, HQ, D, bench, case_lens, case_tail, decode_case, decode_cases,
+                             decode_launch, knob_owner, pool, time_configs)
 
 
 def run_decode(cases: list[tuple[int, str]], configs: list[tuple[int, int, int, int]]) -> None:
-    default = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY)
+    default = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dsplits.OCCUPANCY)
     print("\n## decode attention (ms per layer call; TB/s of K+V read)")
     print("| bs x ctx | default " + str(default) + " | best | best config (BLOCK_N, warps, stages, occupancy) |")
     print("|---|---|---|---|")
@@ -126,7 +45,7 @@ def run_decode(cases: list[tuple[int, str]], configs: list[tuple[int, int, int, 
         launch: list = []
 
         def apply(cfg: tuple) -> None:
-            dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY = cfg
+            dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dsplits.OCCUPANCY = cfg
             launch[:] = decode_launch(lens)  # the splits follow OCCUPANCY
 
         def fn() -> None:
@@ -202,23 +121,6 @@ def run_decode_fp8(cases: list[tuple[int, str]], configs: list[tuple]) -> None:
         torch.cuda.empty_cache()
 
 
-def decode_case(bs: int, ctx: str, fp8: bool, tail_frac: float = 0.0) -> dict:
-    """One case's pool (fp8_e4m3 or bf16), lengths, q, output buffer and, when small enough to compute,
-    the reference output (keys: lens_list, kb, vb, r2t, rows, lens, q, o, ref)."""
-    lens_list = case_lens(ctx, bs)
-    kb, vb, r2t, rows = pool(lens_list, tail_frac=tail_frac)
-    if fp8:
-        kb, vb = kb.to(torch.float8_e4m3fn), vb.to(torch.float8_e4m3fn)
-    lens = torch.tensor(lens_list, device=DEV)
-    q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
-    ref = None
-    if sum(lens_list) <= 300_000:
-        ref = torch.empty_like(q)
-        R.decode_attention_ref(q, kb.to(DT), vb.to(DT), ref, r2t, rows, lens, D ** -0.5)
-    return dict(lens_list=lens_list, kb=kb, vb=vb, r2t=r2t, rows=rows, lens=lens, q=q, o=torch.empty_like(q),
-                ref=ref)
-
-
 HEAD_KNOBS = {True: ("FP8_BLOCK_N", "FP8_NUM_WARPS", "FP8_NUM_STAGES", "FP8_SWAP_AB", "FP8_KV_HEADS",
                      "FP8_SLOTS_AHEAD"),
               False: ("BLOCK_N", "NUM_WARPS", "NUM_STAGES", "SWAP_AB", "KV_HEADS", "SLOTS_AHEAD")}
@@ -275,118 +177,6 @@ def run_decode_heads(cases: list[tuple[int, str]], configs: list[tuple], fp8: bo
         torch.cuda.empty_cache()
 
 
-def shared_pool(groups: int, per_group: int, prefix: int, suffix: int
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Requests in groups sharing their first `prefix` slots (as the radix cache hands them out), in a
-    shuffled batch; (k, v, req_to_token, rows, seq_lens)."""
-    bs = groups * per_group
-    kb, vb, own, rows = pool([suffix] * bs, extra=groups * prefix)
-    base = int(own.max()) + 1
-    r2t = torch.zeros(bs, prefix + suffix + 8, dtype=torch.int32, device=DEV)
-    member = torch.randperm(bs).tolist()  # request i belongs to group member[i] % groups
-    for i in range(bs):
-        g = member[i] % groups
-        r2t[i, :prefix] = torch.arange(base + g * prefix, base + (g + 1) * prefix, dtype=torch.int32, device=DEV)
-        r2t[i, prefix:prefix + suffix] = own[i, :suffix]
-    return kb, vb, r2t, rows, torch.full((bs,), prefix + suffix, device=DEV)
-
-
-def cascade_call(q, kb, vb, o, r2t, rows, lens, logits, lse):
-    """(plan-once, per-layer attention) callables as the triton backend runs them."""
-    bs, sms = lens.shape[0], torch.cuda.get_device_properties(0).multi_processor_count
-    cap = 32 - K.cascade_attention.PREFIX_SPLITS
-    members = K.members_per_block(HQ // HKV)
-    state = {}
-
-    def plan() -> None:
-        state["plan"] = K.cascade_plan(r2t, rows, lens, members)
-        state["splits"] = K.compute_num_kv_splits(lens - state["plan"].pre_len, HKV, cap, sms)
-
-    def attend() -> None:
-        K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, state["splits"], D ** -0.5,
-                               K.grid_kv_splits(bs, HKV, cap, sms), logits, lse, cascade=state["plan"])
-
-    plan()
-    return plan, attend
-
-
-def run_shared_decode(groups: int, per_group: int, prefix: int, suffix: int) -> float:
-    """Shared-prefix decode: natural launch order, `prefix_order`, and the cascade (plan timed apart: it
-    runs once per step, the attention once per layer). Returns the cascade's speedup over `prefix_order`."""
-    kb, vb, r2t, rows, lens = shared_pool(groups, per_group, prefix, suffix)
-    bs = lens.shape[0]
-    q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
-    grid, splits, logits, lse = decode_launch(lens)
-    order = K.prefix_order(r2t, rows)
-    outs, times = [], []
-    for o_arg in (None, order):
-        o = torch.empty_like(q)
-        times.append(bench(lambda: K.decode_attention_fwd(q, kb, vb, o, r2t, rows, lens, splits, D ** -0.5, grid,
-                                                          logits, lse, order=o_arg)))
-        outs.append(o)
-    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
-    oc = torch.full_like(q, float("nan"))
-    plan, attend = cascade_call(q, kb, vb, oc, r2t, rows, lens, logits, lse)
-    t_plan, t_casc = bench(plan), bench(attend)
-    torch.testing.assert_close(oc, outs[0], atol=2e-2, rtol=2e-2)
-    nbytes = 2 * bs * (prefix + suffix) * HKV * D * 2
-    read = 2 * (groups * prefix + bs * suffix) * HKV * D * 2
-    print(f"\n## decode, {groups} groups x {per_group} sharing {prefix} slots + {suffix} own (bs {bs}): "
-          f"natural order {times[0] * 1e3:.1f} us ({nbytes / times[0] / 1e9:.2f} TB/s as if unshared), "
-          f"prefix order {times[1] * 1e3:.1f} us, "
-          f"cascade {t_casc * 1e3:.1f} us ({read / t_casc / 1e9:.2f} TB/s of distinct K+V) + plan "
-          f"{t_plan * 1e3:.1f} us per step; cascade speedup {times[1] / t_casc:.2f}x", flush=True)
-    return times[1] / t_casc
-
-
-def sweep_cascade(groups: int, per_group: int, prefix: int, suffix: int) -> None:
-    """The cascade prefix kernel's knobs on one shared-prefix case."""
-    cas = K.cascade_attention
-    kb, vb, r2t, rows, lens = shared_pool(groups, per_group, prefix, suffix)
-    q = torch.randn(lens.shape[0], HQ, D, device=DEV, dtype=DT)
-    _, _, logits, lse = decode_launch(lens)
-    ref = torch.empty_like(q)
-    R.decode_attention_ref(q, kb, vb, ref, r2t, rows, lens, D ** -0.5)
-    default = (cas.PREFIX_SPLIT_LEN, cas.BLOCK_N, cas.NUM_WARPS, cas.NUM_STAGES)
-    results = {}
-    for cfg in itertools.product([256, 512, 1024], [32, 64], [4, 8], [2, 3]):
-        cas.PREFIX_SPLIT_LEN, cas.BLOCK_N, cas.NUM_WARPS, cas.NUM_STAGES = cfg
-        o = torch.empty_like(q)
-        try:
-            _, attend = cascade_call(q, kb, vb, o, r2t, rows, lens, logits, lse)
-            results[cfg] = bench(attend)
-        except Exception as e:  # noqa: BLE001 - shared memory
-            print(f"  skip {cfg}: {type(e).__name__}")
-            continue
-        torch.testing.assert_close(o, ref, atol=2e-2, rtol=2e-2)
-    cas.PREFIX_SPLIT_LEN, cas.BLOCK_N, cas.NUM_WARPS, cas.NUM_STAGES = default
-    best = min(results, key=results.get)
-    print(f"## cascade knobs, {groups} x {per_group} sharing {prefix} + {suffix}: default {default} "
-          f"{results.get(default, float('nan')) * 1e3:.1f} us, best {best} {results[best] * 1e3:.1f} us "
-          f"(PREFIX_SPLIT_LEN, BLOCK_N, warps, stages)", flush=True)
-
-
-def run_unshared(cases: list[tuple[int, int]]) -> None:
-    """Unshared contexts: the cascade path (its plan finds no groups) against the standard kernel, what
-    the cascade costs a batch with nothing to share."""
-    for bs, ctx in cases:
-        kb, vb, r2t, rows = pool([ctx] * bs)
-        lens = torch.full((bs,), ctx, device=DEV)
-        q = torch.randn(bs, HQ, D, device=DEV, dtype=DT)
-        o1, o3 = torch.empty_like(q), torch.empty_like(q)
-        grid, splits, logits, lse = decode_launch(lens)
-        order = K.prefix_order(r2t, rows)
-        t1 = bench(lambda: K.decode_attention_fwd(q, kb, vb, o1, r2t, rows, lens, splits, D ** -0.5, grid, logits,
-                                                  lse, order=order))
-        plan, attend = cascade_call(q, kb, vb, o3, r2t, rows, lens, logits, lse)
-        t3, t_plan = bench(attend), bench(plan)
-        torch.testing.assert_close(o3, o1, atol=2e-2, rtol=2e-2)
-        print(f"## decode unshared bs {bs} x {ctx}: standard {t1 * 1e3:.1f} us, cascade path {t3 * 1e3:.1f} us "
-              f"+ plan {t_plan * 1e3:.1f} us per step", flush=True)
-        del kb, vb
-        torch.cuda.empty_cache()
-
-
 def run_extend(cases: list[tuple[int, int, int]], configs: list[tuple[int, int, int, int]]) -> None:
     default = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
     print("\n## extend attention (ms; TFLOP/s over the unmasked half)")
@@ -434,7 +224,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
     print(f"\n## decode attention, {kind} K/V: launch order and knobs (us per layer call, TB/s of K+V read)")
     print("| config | " + " | ".join(f"{bs} x {ctx}" for bs, ctx in cases) + " |")
     print("|---|" + "---|" * len(cases))
-    saved = {k: getattr(dec, k) for cfg in configs for k in cfg if k != "lpt"}
+    saved = {k: getattr(knob_owner(k), k) for cfg in configs for k in cfg if k != "lpt"}
     times: dict[int, list[str]] = {i: [] for i in range(len(configs))}
     for bs, ctx in cases:
         c = decode_case(bs, ctx, fp8, case_tail(ctx))
@@ -445,7 +235,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
         nbytes = 2 * sum(lens_list) * HKV * D * kb.element_size()
         for i, cfg in enumerate(configs):
             for name, value in saved.items():
-                setattr(dec, name, cfg.get(name, value))
+                setattr(knob_owner(name), name, cfg.get(name, value))
             grid, splits, logits, lse = decode_launch(lens, dec.kv_heads_per_program(HKV, kb.dtype), fp8)
             order = lpt if cfg.get("lpt") else None
 
@@ -462,7 +252,7 @@ def run_decode_order(cases: list[tuple[int, str]], fp8: bool, configs: list[dict
         del kb, vb, c
         torch.cuda.empty_cache()
     for name, value in saved.items():
-        setattr(dec, name, value)
+        setattr(knob_owner(name), name, value)
     for i, cfg in enumerate(configs):
         print(f"| {cfg} | " + " | ".join(times[i]) + " |", flush=True)
 
@@ -480,7 +270,7 @@ def run_decode_splits(cases: list[tuple[int, str]], fp8: bool) -> None:
           "best fixed S |")
     print("|---|---|---|---|---|")
     bands_knob, align_knob = ("FP8_OCCUPANCY_BANDS", "FP8_ALIGN_SPLITS") if fp8 else ("OCCUPANCY_BANDS", "ALIGN_SPLITS")
-    saved = (dec.OCCUPANCY, getattr(dec, bands_knob), getattr(dec, align_knob))
+    saved = (dsplits.OCCUPANCY, getattr(dsplits, bands_knob), getattr(dec, align_knob))
     for bs, ctx in cases:
         c = decode_case(bs, ctx, fp8, case_tail(ctx))
         lens_list, kb, vb, r2t, rows, lens, q, o, ref = (c[k] for k in ("lens_list", "kb", "vb", "r2t", "rows",
@@ -499,8 +289,8 @@ def run_decode_splits(cases: list[tuple[int, str]], fp8: bool) -> None:
             return f"{ms * 1e3:.1f} ({nbytes / ms / 1e9:.2f}){' MISMATCH' if bad else ''}"
 
         def with_bands(occupancy: int, bands: tuple, align: bool) -> str:
-            dec.OCCUPANCY = occupancy
-            setattr(dec, bands_knob, bands)
+            dsplits.OCCUPANCY = occupancy
+            setattr(dsplits, bands_knob, bands)
             setattr(dec, align_knob, align)
             grid = K.grid_kv_splits(bs, HKV, 32, sms, fp8=fp8)
             return f"{timed(grid)} ({grid})"
@@ -509,8 +299,8 @@ def run_decode_splits(cases: list[tuple[int, str]], fp8: bool) -> None:
         new = with_bands(*saved)
         one = [with_bands(occ, (), saved[2]) for occ in (2, 3, 4, 6, 8)]
         fixed = {s: timed(s) for s in (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32)}
-        dec.OCCUPANCY = saved[0]
-        setattr(dec, bands_knob, saved[1])
+        dsplits.OCCUPANCY = saved[0]
+        setattr(dsplits, bands_knob, saved[1])
         setattr(dec, align_knob, saved[2])
         best_s = min(fixed, key=lambda s: float(fixed[s].split()[0]))
         print(f"| {bs} x {ctx} | {old} | {new} | {' / '.join(one)} | {fixed[best_s]} at S={best_s} |", flush=True)
@@ -615,7 +405,7 @@ def main() -> None:
                 (128, 32, 4, 2), (128, 64, 4, 2), (64, 128, 8, 2), (128, 128, 8, 3), (64, 32, 4, 3), (64, 64, 8, 2)]
     if args.quick:
         dconfigs, econfigs = dconfigs[:3], econfigs[:3]
-    default_d = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dec.OCCUPANCY)
+    default_d = (dec.BLOCK_N, dec.NUM_WARPS, dec.NUM_STAGES, dsplits.OCCUPANCY)
     default_e = (ext.BLOCK_M, ext.BLOCK_N, ext.NUM_WARPS, ext.NUM_STAGES)
     dconfigs = [default_d] + [c for c in dconfigs if c != default_d]
     econfigs = [default_e] + [c for c in econfigs if c != default_e]

@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from radixlm_kernel import decode_splits
 from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
 from radixlm_kernel.utils import is_fp8, next_power_of_2, pdl_args, pdl_begin
 
@@ -39,21 +40,6 @@ if TYPE_CHECKING:
 BLOCK_N = 64
 NUM_WARPS = 2
 NUM_STAGES = 3
-MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the parallelism gains
-OCCUPANCY = 2  # aim for this many split programs per SM (batches above every band below)
-# (max rows, occupancy) bands, smallest first: small and mid-sized batches aim for more, shorter splits, so
-# that a row's long context does not run on alone. Eighth session (`gpu_kernel_sweep.py --occupancy-only`,
-# us per layer call, 5-16 rows, 2 -> 3: bf16 8 x 2048 31.6 -> 27.6, 16 x 1024 28.7 -> 24.9; fp8 21.5 -> 18.9,
-# 18.7 -> 15.8). Nineteenth session (`--splits-only`, bf16, the eighteenth session's bands ((4, 2), (16, 3))
-# and unaligned splits -> these bands, aligned): lengths uniform in [1, 2 x ctx - 1] as a serving batch has
-# them, 4 x 2600 28.8 -> 19.3, 6 x 2600 35.8 -> 30.8, 8 x 2560 38.0 -> 27.8, 12 x 2048 52.0 -> 47.7,
-# 16 x 2048 61.8 -> 55.4; equal lengths about even, 4 x 2048 16.6 -> 17.2, 8 x 2048 29.4 -> 29.9, 16 x 1024
-# 25.7 -> 25.1.
-OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((8, 6), (16, 4))
-# fp8 pools keep the eighth session's bands: over fp8 pools the bands above (nineteenth session, aligned) lost on
-# equal lengths (8 x 2048 18.6 -> 24.4, 16 x 1024 15.5 -> 25.0 us) about what they won on random ones (8 x 2560
-# 28.1 -> 21.4, 6 x 2600 28.5 -> 25.1)
-FP8_OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((4, 2), (16, 3))
 # fp8 pools: a tile of BLOCK_N tokens is half the bytes, so they get their own knobs. FP8_VIA_F16 reads
 # K/V up to float16 (one conversion instruction per two values on sm89+) and runs the dots in float16.
 # FP8_SWAP_AB puts the K/V tile on the left of both dots (s^T = K q^T, acc^T += V^T p^T), so the tile
@@ -125,23 +111,6 @@ def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int, bo
     return block_n, warps, stages, bool(swap), heads, bool(ahead)
 
 
-def _occupancy_from_env(value: str) -> tuple[int, tuple[tuple[int, int], ...]]:
-    """OCCUPANCY and OCCUPANCY_BANDS from RADIXLM_KERNEL_DECODE_OCCUPANCY: "OCCUPANCY[,MAX_BS:OCC]...",
-    positive integers (e.g. "2,4:2,16:3", the eighteenth session's defaults); bands come back sorted."""
-    try:
-        head, *bands = value.split(",")
-        occupancy = int(head)
-        pairs = tuple(sorted((int(a), int(b)) for a, b in (band.split(":") for band in bands)))
-        if occupancy < 1 or any(a < 1 or b < 1 for a, b in pairs):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"RADIXLM_KERNEL_DECODE_OCCUPANCY must be OCCUPANCY[,MAX_BS:OCCUPANCY]... (positive "
-                         f"integers, e.g. 2,8:6,16:4), got {value!r}") from None
-    return occupancy, pairs
-
-
-if os.environ.get("RADIXLM_KERNEL_DECODE_OCCUPANCY"):  # split programs per SM, for A/B runs
-    OCCUPANCY, OCCUPANCY_BANDS = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
     FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _knobs_from_env(
         "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])
@@ -245,7 +214,7 @@ def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool
 @triton.jit
 def _row_splits(splits_ptr, b, own_len, min_split, grid_splits, FROM_LEN: tl.constexpr):
     """Row b's split count: from `splits_ptr`, or (FROM_LEN) what `compute_num_kv_splits` gives for
-    `own_len` tokens under a grid of `grid_splits` (`min_split`: MIN_SPLIT_LEN)."""
+    `own_len` tokens under a grid of `grid_splits` (`min_split`: decode_splits.MIN_SPLIT_LEN)."""
     if FROM_LEN:
         return tl.minimum(tl.maximum(tl.cdiv(own_len, min_split), 1), grid_splits)
     return tl.load(splits_ptr + b).to(tl.int32)
@@ -432,71 +401,6 @@ def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr
     tl.store(o_ptr + b * o_s0 + head * o_s1 + dv, out.to(o_ptr.dtype.element_ty), mask=dv < v_head_dim)
 
 
-def occupancy_for(bs: int, fp8: bool = False) -> int:
-    """Split programs per SM a decode batch of `bs` rows aims for: its band's (`OCCUPANCY_BANDS`, or
-    `FP8_OCCUPANCY_BANDS` over an fp8 pool), else `OCCUPANCY`."""
-    bands = FP8_OCCUPANCY_BANDS if fp8 else OCCUPANCY_BANDS
-    return next((occ for max_bs, occ in bands if bs <= max_bs), OCCUPANCY)
-
-
-def grid_kv_splits(bs: int, num_kv_heads: int, max_kv_splits: int, num_sms: int, heads_per_program: int = 1,
-                   fp8: bool = False) -> int:
-    """The most splits any request of a batch of `bs` gets: enough (request, kv head group, split)
-    programs to fill the GPU `occupancy_for(bs)` times over, capped at
-    `max_kv_splits`. A host int (it depends on the batch size only), so it sizes the grid: no programs
-    launched just to exit. `heads_per_program`: what `kv_heads_per_program` gives for the pool; `fp8`: the
-    pool holds fp8 K/V."""
-    programs = bs * triton.cdiv(num_kv_heads, heads_per_program)
-    occupancy = occupancy_for(bs, fp8)
-    return max(1, min(max_kv_splits, triton.cdiv(occupancy * num_sms, max(1, programs))))
-
-
-def compute_num_kv_splits(seq_lens: torch.Tensor, num_kv_heads: int, max_kv_splits: int,
-                          num_sms: Optional[int] = None, out: Optional[torch.Tensor] = None,
-                          heads_per_program: int = 1, fp8: bool = False) -> torch.Tensor:
-    """Splits per request, on the device (int32 [bs]): enough programs to fill the GPU, at least
-    `MIN_SPLIT_LEN` tokens per split, at most `grid_kv_splits(...)`. No host sync; `out` reuses a buffer."""
-    bs = seq_lens.shape[0]
-    if num_sms is None:
-        num_sms = _num_sms(seq_lens.device)
-    by_occupancy = grid_kv_splits(bs, num_kv_heads, max_kv_splits, num_sms, heads_per_program, fp8)
-    splits = torch.clamp((seq_lens + (MIN_SPLIT_LEN - 1)) // MIN_SPLIT_LEN, 1, by_occupancy)
-    if out is None:
-        return splits.to(torch.int32)
-    out[:bs].copy_(splits)
-    return out[:bs]
-
-
-def prefix_order(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, out: Optional[torch.Tensor] = None
-                 ) -> torch.Tensor:
-    """A launch order for `decode_attention_fwd` that puts requests with the same first KV slot (a
-    shared cached prefix: the radix cache hands them the same slots) next to each other. On the
-    device, no host sync; `out` (int64 [>=bs]) reuses a buffer under a CUDA graph."""
-    first = req_to_token[req_pool_indices, 0]
-    order = torch.argsort(first)
-    if out is None:
-        return order
-    out[:order.shape[0]].copy_(order)
-    return out[:order.shape[0]]
-
-
-def longest_first_order(seq_lens: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """A launch order for `decode_attention_fwd` that starts the longest contexts first, so the short
-    ones fill the last wave instead of a long one running on alone (longest-processing-time first).
-    On the device, no host sync; `out` (int64 [>=bs]) reuses a buffer under a CUDA graph."""
-    order = torch.argsort(seq_lens, descending=True)
-    if out is None:
-        return order
-    out[:order.shape[0]].copy_(order)
-    return out[:order.shape[0]]
-
-
-def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 8
-
-
 def _as_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
     """`[T, H*D]` or `[T, H, D]` -> a `[T, H, D]` view with a unit last stride."""
     view = x.view(x.shape[0], -1, head_dim) if x.dim() == 2 else x
@@ -568,7 +472,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         from radixlm_kernel.cascade_attention import cascade_prefix_fwd
 
         cascade_prefix_fwd(q3, k_buffer, v_buffer, req_to_token, cascade, sm_scale, attn_logits, attn_lse,
-                           num_sms or _num_sms(q.device))
+                           num_sms or decode_splits.num_sms_of(q.device))
     pre_len = cascade.pre_len if cascade is not None else seq_lens
     n_pre = cascade.n_pre if cascade is not None else seq_lens
     group = num_q_heads // num_kv_heads
@@ -600,16 +504,16 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
         count_ptr=split_counters if fused_merge else seq_lens,
         cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens),
-        min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align,
-        num_warps=warps, num_stages=stages, **pdl_args(q))
+        min_split=decode_splits.MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len,
+        SPLIT_ALIGN=align, num_warps=warps, num_stages=stages, **pdl_args(q))
     if direct or fused_merge:
         return
     _decode_merge_kernel[(bs, num_q_heads)](
         attn_logits, attn_lse, o3, seq_lens, splits_arg, pre_len, n_pre, attn_logits.stride(0),
         attn_logits.stride(1), attn_logits.stride(2), attn_lse.stride(0), attn_lse.stride(1), o3.stride(0),
         o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
-        CASCADE=cascade is not None, SPLIT_BASE=base, min_split=MIN_SPLIT_LEN, grid_splits=max_kv_splits,
-        SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align, num_warps=4, **pdl_args(q))
+        CASCADE=cascade is not None, SPLIT_BASE=base, min_split=decode_splits.MIN_SPLIT_LEN,
+        grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align, num_warps=4, **pdl_args(q))
 
 
 def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:

@@ -225,7 +225,7 @@ def test_knobs_from_env() -> None:
 
 
 def test_num_kv_splits_bounds(device: str) -> None:
-    from radixlm_kernel.decode_attention import occupancy_for
+    from radixlm_kernel.decode_splits import occupancy_for
 
     lens = torch.tensor([1, 255, 257, 100000], device=device)
     cap = -(-occupancy_for(4) * 40 // 32)  # 4 rows x 8 kv heads = 32 programs per split, 40 SMs
@@ -242,7 +242,7 @@ def test_num_kv_splits_bounds(device: str) -> None:
 def test_grid_splits_occupancy_bands(fp8: bool) -> None:
     """Each batch size fills the GPU with its band's occupancy (OCCUPANCY above every band; fp8 pools
     have their own bands); smaller batches aim for more programs per SM."""
-    from radixlm_kernel import decode_attention as dec
+    from radixlm_kernel import decode_splits as dec
 
     bands = dec.FP8_OCCUPANCY_BANDS if fp8 else dec.OCCUPANCY_BANDS
     assert list(bands) == sorted(bands) and all(occ >= dec.OCCUPANCY for _, occ in bands)
@@ -259,7 +259,7 @@ def test_grid_splits_occupancy_bands(fp8: bool) -> None:
 
 def test_occupancy_from_env() -> None:
     """RADIXLM_KERNEL_DECODE_OCCUPANCY's value: OCCUPANCY[,MAX_BS:OCC]..., else an error naming the variable."""
-    from radixlm_kernel.decode_attention import _occupancy_from_env
+    from radixlm_kernel.decode_splits import _occupancy_from_env
 
     assert _occupancy_from_env("2") == (2, ())
     assert _occupancy_from_env("2,16:3,4:2") == (2, ((4, 2), (16, 3)))
