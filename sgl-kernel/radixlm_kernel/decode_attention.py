@@ -50,8 +50,14 @@ NUM_STAGES = 3
 # one tile ahead, a row's programs side by side and, in cascade-sized batches, the longest contexts
 # first (the backend's launch order): 647 -> 468 us at 256 x 2800, 942 -> 738 us at 512 x 2300
 # (2.3-2.5 -> 3.2 TB/s); bf16 pools 767 -> 672 us at 256 x 2800 (4.45 TB/s). Several kv heads per
-# program (KV_HEADS) lost everywhere (1.1-1.7x slower). Batches of at most SMALL_BS rows take the
-# SMALL_* knobs (bs 1 x 512: 6.8 against 7.4 us bf16, 6.6 against 8.0 fp8).
+# program (KV_HEADS) lost everywhere (1.1-1.7x slower). Batches of at most SMALL_BS[fp8] rows take the
+# SMALL_KNOBS (bs 1 x 512: 6.8 against 7.4 us bf16, 6.6 against 8.0 fp8). Twentieth session
+# (`gpu_decode_tiles.py`, four layers' pools per timed call so K/V come from HBM, lengths uniform in
+# [1, 2 x ctx - 1]): over bf16 pools 128-token tiles, 4 warps, 2 stages beat the 64-token knobs at every
+# batch of 1-16 rows at the served split counts, us per layer call: 1 x 1024 7.3 -> 6.7, 4 x 2600 23.1 ->
+# 19.3, 5 x 2600 24.3 -> 20.4, 6 x 2600 31.0 -> 27.7, 8 x 2560 28.0 -> 25.1, 12 x 2048 47.9 -> 45.3,
+# 16 x 2048 55.4 -> 53.1, 6 x 512 13.6 -> 12.0. RADIXLM_KERNEL_DECODE_SMALL="MAX_BS:BLOCK_N,WARPS,STAGES,
+# SWAP_AB,SLOTS_AHEAD" overrides the bf16 pair ("4:64,4,3,0,1" is the nineteenth session's).
 # RADIXLM_KERNEL_FP8_DECODE="BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS[,SLOTS_AHEAD]]" overrides them,
 # and RADIXLM_KERNEL_DECODE the others' (for A/B runs).
 FP8_BLOCK_N = 64
@@ -65,8 +71,8 @@ FP8_KV_HEADS = 1  # the same for fp8 pools
 SLOTS_AHEAD = False  # load the next tile's slot ids one iteration ahead (bf16/fp16/fp32 pools)
 FP8_SLOTS_AHEAD = True  # the same for fp8 pools
 HEADS_FASTEST = True  # launch a row's (head group, split) programs side by side instead of a head's rows
-SMALL_BS = 4  # batches of at most this many rows use the knobs below (0: never)
-SMALL_KNOBS = {False: (64, 4, 3, False, True), True: (64, 4, 3, True, False)}  # by fp8: BLOCK_N, warps,
+SMALL_BS = {False: 16, True: 4}  # by fp8: batches of at most this many rows use the knobs below (0: never)
+SMALL_KNOBS = {False: (128, 4, 2, False, False), True: (64, 4, 3, True, False)}  # by fp8: BLOCK_N, warps,
 # stages, K/V on the left, slots ahead
 # the last split program of a (row, head group) merges the splits instead of a second kernel, when the
 # grid has 2..FUSED_MERGE_MAX_SPLITS splits (its merge is a serial loop: at 32 splits it lost, 1 x 4096
@@ -83,7 +89,7 @@ FP8_ALIGN_SPLITS = False  # fp8 pools: 0.3-2 us slower aligned at 5-16 rows (the
 
 def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
     """(BLOCK_N, warps, stages, K/V on the left, slots ahead) for a batch of `bs` rows over this pool."""
-    if bs <= SMALL_BS:
+    if bs <= SMALL_BS[fp8]:
         return SMALL_KNOBS[fp8]
     if fp8:
         return FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_SLOTS_AHEAD
@@ -111,6 +117,23 @@ def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int, bo
     return block_n, warps, stages, bool(swap), heads, bool(ahead)
 
 
+def _small_from_env(value: str) -> tuple[int, tuple[int, int, int, bool, bool]]:
+    """MAX_BS:BLOCK_N,WARPS,STAGES,SWAP_AB,SLOTS_AHEAD from RADIXLM_KERNEL_DECODE_SMALL (bf16 pools' small
+    batches), else an error naming the variable."""
+    try:
+        head, _, knobs = value.partition(":")
+        fields = [int(x) for x in knobs.split(",")]
+        if len(fields) != 5 or int(head) < 0 or min(fields[:3]) < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RADIXLM_KERNEL_DECODE_SMALL must be MAX_BS:BLOCK_N,WARPS,STAGES,SWAP_AB,SLOTS_AHEAD "
+                         f"(e.g. 4:64,4,3,0,1), got {value!r}") from None
+    block_n, warps, stages, swap, ahead = fields
+    return int(head), (block_n, warps, stages, bool(swap), bool(ahead))
+
+
+if os.environ.get("RADIXLM_KERNEL_DECODE_SMALL"):
+    SMALL_BS[False], SMALL_KNOBS[False] = _small_from_env(os.environ["RADIXLM_KERNEL_DECODE_SMALL"])
 if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
     FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _knobs_from_env(
         "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])

@@ -23,11 +23,15 @@ OCCUPANCY = 2  # aim for this many split programs per SM (batches above every ba
 # them, 4 x 2600 28.8 -> 19.3, 6 x 2600 35.8 -> 30.8, 8 x 2560 38.0 -> 27.8, 12 x 2048 52.0 -> 47.7,
 # 16 x 2048 61.8 -> 55.4; equal lengths about even, 4 x 2048 16.6 -> 17.2, 8 x 2048 29.4 -> 29.9, 16 x 1024
 # 25.7 -> 25.1.
-OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((8, 6), (16, 4))
+# Twentieth session (`--occupancy-only`): batches above 16 rows run the server's cascade path, longest
+# context first; there 6 per SM up to 64 rows beat 2 (us per layer call, lengths uniform in [1, 4095]: 32 rows
+# 123.0 -> 81.7, 64 rows 184.4 -> 137.7; fp8 pools at 4: 83.4 -> 59.7, 156.3 -> 90.1). Above 64 rows the grid
+# has one split at any of these occupancies.
+OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((8, 6), (16, 4), (64, 6))
 # fp8 pools keep the eighth session's bands: over fp8 pools the bands above (nineteenth session, aligned) lost on
 # equal lengths (8 x 2048 18.6 -> 24.4, 16 x 1024 15.5 -> 25.0 us) about what they won on random ones (8 x 2560
 # 28.1 -> 21.4, 6 x 2600 28.5 -> 25.1)
-FP8_OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((4, 2), (16, 3))
+FP8_OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((4, 2), (16, 3), (64, 4))
 
 
 def _occupancy_from_env(value: str) -> tuple[int, tuple[tuple[int, int], ...]]:

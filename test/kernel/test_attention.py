@@ -93,7 +93,7 @@ def test_decode_attention_kv_left(device: str, dtype: torch.dtype, tol: dict, gr
     import radixlm_kernel.decode_attention as dec
 
     monkeypatch.setattr(dec, "SWAP_AB", True)
-    monkeypatch.setattr(dec, "SMALL_BS", 0)  # the knobs above, not the small-batch ones
+    monkeypatch.setattr(dec, "SMALL_BS", {False: 0, True: 0})  # the knobs above, not the small-batch ones
     torch.manual_seed(1)
     _check_decode([1, 37, 300], 2, group, 3, device, dtype, tol)
 
@@ -113,7 +113,7 @@ def test_decode_attention_head_groups(device: str, dtype: torch.dtype, tol: dict
     monkeypatch.setattr(dec, "KV_HEADS", heads_per_program)
     monkeypatch.setattr(dec, "FUSED_MERGE", fused_merge)
     monkeypatch.setattr(dec, "SWAP_AB", swap)
-    monkeypatch.setattr(dec, "SMALL_BS", 0)
+    monkeypatch.setattr(dec, "SMALL_BS", {False: 0, True: 0})
     assert dec.kv_heads_per_program(kv_heads, dtype) == heads_per_program
     assert dec.kv_heads_per_program(1, dtype) == 1  # never more than the pool's heads, rounded up
     torch.manual_seed(4)
@@ -183,7 +183,7 @@ def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict
 
     monkeypatch.setattr(dec, "SLOTS_AHEAD", True)
     monkeypatch.setattr(dec, "SWAP_AB", swap)
-    monkeypatch.setattr(dec, "SMALL_BS", 0)
+    monkeypatch.setattr(dec, "SMALL_BS", {False: 0, True: 0})
     torch.manual_seed(5)
     _check_decode([1, 64, 65, 300], 2, 4, 2, device, dtype, tol)
 
@@ -191,11 +191,12 @@ def test_decode_attention_slots_ahead(device: str, dtype: torch.dtype, tol: dict
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16-pool", "fp8-pool"])
 def test_small_batch_knobs(device: str, dtype: torch.dtype, tol: dict, fp8_tol: dict, fp8: bool,
                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch of at most SMALL_BS rows takes SMALL_KNOBS, a larger one the pool's knobs; both give the
-    reference's output (here with 5 rows against SMALL_BS 4 and 5)."""
+    """A batch of at most SMALL_BS[fp8] rows takes SMALL_KNOBS[fp8], a larger one the pool's knobs; both give
+    the reference's output (here with 5 rows against SMALL_BS 4 and 5)."""
     import radixlm_kernel.decode_attention as dec
 
-    assert dec._launch_knobs(fp8, dec.SMALL_BS) == dec.SMALL_KNOBS[fp8]
+    assert dec._launch_knobs(fp8, dec.SMALL_BS[fp8]) == dec.SMALL_KNOBS[fp8]
+    assert dec._launch_knobs(fp8, dec.SMALL_BS[fp8] + 1) != dec.SMALL_KNOBS[fp8]
     torch.manual_seed(6)
     kv_heads, head_dim, group, seq_lens = 2, 64, 4, [3, 70, 129, 1, 200]
     k_buf, v_buf, req_to_token, rows = _pool(seq_lens, kv_heads, head_dim, device, dtype)
@@ -207,7 +208,7 @@ def test_small_batch_knobs(device: str, dtype: torch.dtype, tol: dict, fp8_tol: 
     ref = torch.empty(bs, hq, head_dim, device=device, dtype=dtype)
     decode_attention_ref(q.view(bs, hq, head_dim), k_buf, v_buf, ref, req_to_token, rows, lens, head_dim ** -0.5)
     for small in (4, 5):
-        monkeypatch.setattr(dec, "SMALL_BS", small)
+        monkeypatch.setitem(dec.SMALL_BS, fp8, small)
         o = torch.empty_like(q)
         decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 2, head_dim ** -0.5)
         torch.testing.assert_close(o, ref.view(bs, -1), **(fp8_tol if fp8 else tol))
@@ -222,6 +223,17 @@ def test_knobs_from_env() -> None:
     assert _knobs_from_env("X", "64,2,3,1,1,1") == (64, 2, 3, True, 1, True)
     with pytest.raises(ValueError, match="RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB"):
         _knobs_from_env("RADIXLM_KERNEL_FP8_DECODE", "64,2,3")
+
+
+def test_small_knobs_from_env() -> None:
+    """RADIXLM_KERNEL_DECODE_SMALL's value: MAX_BS then five integers, else an error naming the variable."""
+    from radixlm_kernel.decode_attention import _small_from_env
+
+    assert _small_from_env("4:64,4,3,0,1") == (4, (64, 4, 3, False, True))
+    assert _small_from_env("16:128,4,2,0,0") == (16, (128, 4, 2, False, False))
+    for bad in ("64,4,3,0,1", "4:64,4,3", "x:64,4,3,0,1", "4:0,4,3,0,1"):
+        with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_SMALL must be MAX_BS:BLOCK_N"):
+            _small_from_env(bad)
 
 
 def test_num_kv_splits_bounds(device: str) -> None:
@@ -246,15 +258,15 @@ def test_grid_splits_occupancy_bands(fp8: bool) -> None:
 
     bands = dec.FP8_OCCUPANCY_BANDS if fp8 else dec.OCCUPANCY_BANDS
     assert list(bands) == sorted(bands) and all(occ >= dec.OCCUPANCY for _, occ in bands)
-    assert [occ for _, occ in bands] == sorted((occ for _, occ in bands), reverse=True) or fp8
-    edges = {1, 64} | {max_bs for max_bs, _ in bands} | {max_bs + 1 for max_bs, _ in bands}
+    edges = {1, 64, 65} | {max_bs for max_bs, _ in bands} | {max_bs + 1 for max_bs, _ in bands}
     for bs in sorted(edges):
         occupancy = next((occ for max_bs, occ in bands if bs <= max_bs), dec.OCCUPANCY)
         assert dec.occupancy_for(bs, fp8) == occupancy, bs
         want = max(1, min(32, -(-occupancy * 132 // (bs * 8))))
         assert grid_kv_splits(bs, 8, 32, 132, fp8=fp8) == want, bs
     assert grid_kv_splits(8, 8, 32, 132, fp8=fp8) == (7 if fp8 else 13)
-    assert grid_kv_splits(17, 8, 32, 132, fp8=fp8) == 2
+    assert grid_kv_splits(17, 8, 32, 132, fp8=fp8) == (4 if fp8 else 6)  # the cascade-sized band up to 64 rows
+    assert grid_kv_splits(65, 8, 32, 132, fp8=fp8) == 1
 
 
 def test_occupancy_from_env() -> None:
@@ -351,7 +363,7 @@ def test_fp8_pool(device: str, dtype: torch.dtype, tol: dict, fp8_tol: dict, fp8
 
     monkeypatch.setattr(dec, "FP8_VIA_F16", via_f16)
     monkeypatch.setattr(dec, "FP8_SWAP_AB", swap)
-    monkeypatch.setattr(dec, "SMALL_BS", 0)
+    monkeypatch.setattr(dec, "SMALL_BS", {False: 0, True: 0})
     torch.manual_seed(3)
     kv_heads, head_dim, group = 2, 64, 4
     seq_lens = [300, 17]
