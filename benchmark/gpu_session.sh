@@ -36,7 +36,8 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 )) s"
-  grep -E '^\|| x$|^## |^multi|mismatch|speedup|radixlm /|^[a-z_]+:|step profile|passed|failed|Error|error' "$OUT/$name.log" | grep -v Warning | tail -30
+  grep -E '^\|| x$|^## |^multi|mismatch|speedup|radixlm /|^[a-z_]+:|step profile|per tile|passed|failed|Error|error' \
+    "$OUT/$name.log" | grep -v Warning | tail -${STEP_TAIL:-30}
 }
 
 serve_and_bench() {  # serve_and_bench NAME TIMEOUT_S BENCH_SERVING_ARGS...: a server (SERVER_FLAGS), one
@@ -46,6 +47,8 @@ serve_and_bench() {  # serve_and_bench NAME TIMEOUT_S BENCH_SERVING_ARGS...: a s
   for i in $(seq 240); do curl -sf localhost:30000/health >/dev/null && break; sleep 1; done
   step $name $limit python3 benchmark/bench_serving.py --backend radixlm --base-url http://127.0.0.1:30000 \
        --tokenizer $MODEL --dataset-name random --tokenize-prompt --disable-tqdm "$@"
+  grep -E "realised|TTFT (mean|median|p99)|ITL per token (median|p99)|TPOT median|concurrency|Output token throughput" \
+    "$OUT/$name.log"
   curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
     'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
     'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
@@ -193,9 +196,21 @@ for what in "$@"; do
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
     beside_test) (export RADIXLM_TEST_TOKENIZER=$MODEL; step beside_test 300 python3 -m pytest -q \
                  test/unit/managers/test_decode_fast_paths.py -k beside) ;;
-    ttft_probe)  # TTFT without decode load: 2,048-token prompts, 2 output tokens, one at a time
+    ttft_probe|ttft_trace|ttft_trace_h11)  # TTFT without decode load: 2,048-token prompts, 2 output tokens, one
+            # at a time; the _trace steps add the step and hop traces, _h11 serves with asyncio + h11 (the A/B)
+            [ $what != ttft_probe ] && export RADIXLM_STEP_TRACE="$OUT/step_trace_$what.jsonl" \
+                 RADIXLM_HOP_TRACE="$OUT/hop_trace_$what.log"
+            [ $what = ttft_trace_h11 ] && export RADIXLM_UVICORN=asyncio,h11
             serve_and_bench $what 120 --num-prompts 20 --random-input-len 2048 --random-output-len 2 \
-                 --random-range-ratio 1 --request-rate 2 ;;
+                 --random-range-ratio 1 --request-rate 2
+            if [ -n "${RADIXLM_STEP_TRACE:-}" ]; then python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE" --skip 2
+              python3 benchmark/hop_trace_summary.py "$RADIXLM_HOP_TRACE"
+              unset RADIXLM_STEP_TRACE RADIXLM_HOP_TRACE; fi
+            unset RADIXLM_UVICORN ;;
+    online_x)  # `online` logged as online_$ONLINE_TAG with ONLINE_ENV ("NAME=VALUE ...") exported for it only: an A/B
+            (export ${ONLINE_ENV:-}  # beside a plain `online` in one call
+             serve_and_bench online_${ONLINE_TAG:-x} 300 --num-prompts ${ONLINE_PROMPTS:-100} --random-input-len 4096 \
+                 --random-output-len 2048 --random-range-ratio 0 --request-rate 1) ;;
     online|online_trace|online_nobeside)  # ONLINE_PROMPTS (default 100) and SERVER_FLAGS (extra server flags)
             [ $what = online_trace ] && export RADIXLM_STEP_TRACE="$OUT/step_trace_$what.jsonl"
             [ $what = online_nobeside ] && export RADIXLM_PREFILL_BESIDE_DECODE=0  # the A/B: drain before prefills
@@ -227,6 +242,7 @@ for what in "$@"; do
               step "occupancy_ab_$(echo $occ | tr ',:' '__')" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --batch-size 8 16 --input-len 2048 --output-len 64); done ;;
     prefill_attn) step prefill_attn 300 python3 benchmark/gpu_prefill_attention.py ${PREFILL_ATTN_CASES:+--cases $PREFILL_ATTN_CASES} ;;
+    decode_tiles) STEP_TAIL=60 step decode_tiles 420 python3 benchmark/gpu_decode_tiles.py ${TILES_CASES:+--decode $TILES_CASES} ;;
     decode_splits) step decode_splits 300 python3 benchmark/gpu_kernel_sweep.py --splits-only \
                  --decode ${SPLITS_CASES:-1x2048,2x2600r,4x2048,4x2600r,6x2600r,8x2048,8x2560r,12x2048r,16x1024,16x2048r,32x2048r,64x2048r} ;;
     profile_prefill) step profile_prefill 240 python3 benchmark/gpu_profile.py --model-path $MODEL --load-format dummy \

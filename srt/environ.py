@@ -117,6 +117,22 @@ def step_trace_path() -> str | None:
     return _get("STEP_TRACE") or None
 
 
+def uvicorn_loop_http() -> tuple[str, str]:
+    """RADIXLM_UVICORN=LOOP,HTTP: uvicorn's event loop and HTTP parser for the server (default "auto,auto":
+    uvloop and httptools where installed, else asyncio and h11); e.g. "asyncio,h11" for an A/B run."""
+    value = _get("UVICORN") or "auto,auto"
+    loop, _, http = value.partition(",")
+    if loop not in ("auto", "asyncio", "uvloop") or http not in ("auto", "h11", "httptools"):
+        raise ValueError(f"RADIXLM_UVICORN must be LOOP,HTTP (auto|asyncio|uvloop, auto|h11|httptools), got {value!r}")
+    return loop, http
+
+
+def hop_trace_path() -> str | None:
+    """RADIXLM_HOP_TRACE=FILE: every server process appends a line to FILE at each hop a request's
+    messages pass (HTTP in, scheduler, detokenizer, HTTP out); see `radixlm.managers.hop_trace`."""
+    return _get("HOP_TRACE") or None
+
+
 def prefill_beside_decode() -> bool:
     """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""

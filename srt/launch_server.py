@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import uvicorn
 
+from radixlm import environ
 from radixlm.server_args import ServerArgs
 
 logger = logging.getLogger("radixlm.launch_server")
@@ -118,8 +119,9 @@ def serve(server_args: ServerArgs) -> int:
     outcome: dict[str, Any] = {"ok": None}
     try:
         app = create_app(tokenizer_manager, server_args)
+        loop, http = environ.uvicorn_loop_http()
         config = uvicorn.Config(app, host=server_args.host, port=server_args.port,
-                                log_level=server_args.log_level, timeout_keep_alive=5, loop="asyncio")
+                                log_level=server_args.log_level, timeout_keep_alive=5, loop=loop, http=http)
         server = uvicorn.Server(config)
         _warmup_thread(server_args, server, outcome)
         _child_watchdog(tokenizer_manager, server, outcome)

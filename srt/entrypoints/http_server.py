@@ -27,6 +27,7 @@ from radixlm.entrypoints.openai.serving_base import (
 from radixlm.entrypoints.openai.serving_chat import OpenAIServingChat, load_chat_template
 from radixlm.entrypoints.openai.serving_completions import OpenAIServingCompletion
 from radixlm.entrypoints.openai.serving_tokenize import OpenAIServingTokenize
+from radixlm.managers import hop_trace
 from radixlm.managers.io_struct import GenerateReqInput
 from radixlm.server_args import ServerArgs
 
@@ -161,9 +162,11 @@ def _is_batch(obj: GenerateReqInput) -> bool:
 
 
 async def _generate(raw_request: Request) -> Response:
+    hop_trace.mark("http_in")
     tm = _state(raw_request).tokenizer_manager
     obj = native_request(parse_json_body(await raw_request.body()))
     first, stream = await start_generation(tm, obj, raw_request)
+    hop_trace.mark("http_out")
     if not obj.stream:
         await stream.aclose()
         return ORJSONResponse(first)

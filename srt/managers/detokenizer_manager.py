@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from radixlm.managers import hop_trace
 from radixlm.managers.io_struct import BatchStrOut, BatchTokenIDOut, DetokenizeParams
 
 logger = logging.getLogger(__name__)
@@ -134,8 +135,10 @@ class DetokenizerManager:
     def event_loop(self) -> None:
         while True:
             msg = self.recv_from_scheduler.recv_pyobj()
+            hop_trace.mark("detok_recv")
             if isinstance(msg, BatchTokenIDOut):
                 self.send_to_tokenizer.send_pyobj(self.handle(msg))
+                hop_trace.mark("detok_sent")
             else:
                 logger.warning("detokenizer: unexpected message %s", type(msg).__name__)
 

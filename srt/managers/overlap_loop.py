@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from radixlm import environ
+from radixlm.managers import hop_trace
 from radixlm.managers.forward_thread import ForwardThread
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
 from radixlm.managers.step_trace import GpuSpan, open_step_trace
@@ -90,6 +91,7 @@ class OverlapLoop:
                 span = self.trace.span() if self.trace is not None else None
                 launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve, span),
                                     build_s=time.perf_counter() - t0, span=span)
+                hop_trace.mark("launched")
                 if self.in_flight is not None:
                     s.stats.overlapped_steps += 1
                     s.stats.overlapped_steps_with_queue += bool(s.waiting_queue)
@@ -231,6 +233,7 @@ class OverlapLoop:
         result = flight.future.result()
         if result.host_copy_event is not None and self.trace is not None:
             result.host_copy_event.synchronize()  # so the trace's wait covers the device, not the processing
+        hop_trace.mark("result")
         t1 = time.perf_counter()
         for release in flight.deferred:
             release()

@@ -17,6 +17,7 @@ from typing import Any
 import zmq
 
 from radixlm.distributed import broadcast_pyobj
+from radixlm.managers import hop_trace
 
 IDLE_POLL_MS = 1000
 
@@ -66,6 +67,8 @@ class SchedulerIO:
             if self.stop_requested:
                 msgs.append(StopRanks())
         msgs = broadcast_pyobj(msgs, src=0) or []
+        if msgs:
+            hop_trace.mark("sched_recv")
         if msgs and isinstance(msgs[-1], StopRanks):
             raise SchedulerStopped(msgs[-1].reason)
         return msgs
@@ -77,6 +80,7 @@ class SchedulerIO:
     def send_to_detokenizer(self, msg: Any) -> None:
         if self.tp_rank == 0:
             self.send_to_detokenizer_sock.send_pyobj(msg)
+            hop_trace.mark("sched_sent")
 
     def send_to_tokenizer(self, msg: Any) -> None:
         if self.tp_rank == 0:

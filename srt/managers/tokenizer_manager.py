@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 import zmq
 
+from radixlm.managers import hop_trace
 from radixlm.managers.input_processor import ExpandedRequest, expand_request, first_of_each_prompt, prefill_only
 from radixlm.managers.io_struct import (AbortReq, BatchStrOut, FlushCacheReq, FlushCacheReqOutput, GenerateReqInput,
                                         GetServerInfoReq, GetServerInfoReqOutput, HealthCheckOutput, HealthCheckReq,
@@ -94,6 +95,7 @@ class TokenizerManager:
                     msg = self._recv.recv_pyobj(zmq.NOBLOCK)
                 except zmq.Again:
                     continue
+                hop_trace.mark("tm_recv")
                 self._dispatch(self._handle_message, msg)
             elif self.children is not None and not self._failed_all:
                 # is_healthy() (/health, watchdogs) may have recorded the death first: fail requests anyway
@@ -125,6 +127,7 @@ class TokenizerManager:
             logger.warning("unexpected %s from the scheduler", type(msg).__name__)
 
     def _handle_batch_str_out(self, out: BatchStrOut) -> None:
+        hop_trace.mark("tm_loop")
         for i, rid in enumerate(out.rids):
             state = self.rid_to_state.get(rid)
             if state is None:
@@ -170,6 +173,7 @@ class TokenizerManager:
         states = [self._new_state(r, event, expanded.return_text_in_logprobs) for r in expanded.reqs]
         for state in states:
             self.send_to_scheduler(state.req)
+        hop_trace.mark("tm_sent")
         try:
             if not expanded.is_batch:
                 async for _, out in self._wait(states, obj.stream, request, on_finish):
