@@ -81,3 +81,21 @@ def test_prune_last_layer_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert environ.prune_last_layer() is True
     monkeypatch.setenv("RADIXLM_PRUNE_LAST_LAYER", "0")
     assert environ.prune_last_layer() is False
+
+
+def test_uvicorn_loop_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_UVICORN", raising=False)
+    assert environ.uvicorn_loop_http() == ("auto", "auto")
+    monkeypatch.setenv("RADIXLM_UVICORN", "asyncio,h11")
+    assert environ.uvicorn_loop_http() == ("asyncio", "h11")
+    for bad in ("asyncio", "trio,h11", "uvloop,h2"):
+        monkeypatch.setenv("RADIXLM_UVICORN", bad)
+        with pytest.raises(ValueError, match="RADIXLM_UVICORN must be LOOP,HTTP"):
+            environ.uvicorn_loop_http()
+
+
+def test_hop_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_HOP_TRACE", raising=False)
+    assert environ.hop_trace_path() is None
+    monkeypatch.setenv("RADIXLM_HOP_TRACE", "/tmp/hops.log")
+    assert environ.hop_trace_path() == "/tmp/hops.log"
