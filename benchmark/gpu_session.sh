@@ -8,6 +8,9 @@
 #   sixteenth session: GEMV_M=2,4,8 cuda_gemv_tests cuda_gemv gemv_mma_ab one_batch_mma
 #   seventeenth session: pd_overlap
 #   nineteenth session: prefill_attn decode_splits profile_prefill
+#   twentieth session: decode_tiles ttft_trace occupancy_sweep | decode_tiles ttft_trace_h11 ttft_trace |
+#     ONLINE_TAG=old ONLINE_ENV="RADIXLM_KERNEL_DECODE_SMALL=4:64,4,3,0,1 RADIXLM_KERNEL_DECODE_OCCUPANCY=2,8:6,16:4
+#     RADIXLM_UVICORN=asyncio,h11" one_batch_small online_x online attn_tests | parity layers_cuda offline_ci
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2

@@ -5,6 +5,8 @@ Each process appends `perf_counter pid hop` lines to FILE as a message passes on
 below (perf_counter is the system's monotonic clock, so the processes' lines compare). Off by
 default: `mark` is then one global test. `benchmark/hop_trace_summary.py` pairs the hops of
 requests sent one at a time (a TTFT probe) and prints the median gap between consecutive hops.
+The HTTP hops are marked on the native `/generate` route (bench_serving's `radixlm` backend), the
+launch and result hops by the overlap loop (the default scheduler loop).
 """
 
 from __future__ import annotations

@@ -151,6 +151,7 @@ class OverlapLoop:
         span = self.trace.span() if self.trace is not None else None
         flight = InFlight(batch, self.worker.submit(batch.forward_batch, None, span),
                           build_s=time.perf_counter() - t0, span=span)
+        hop_trace.mark("launched")
         s.stats.prefills_beside_decode += 1
         self._process(flight, keep_deferred_for=newest or self.in_flight)
         return True
