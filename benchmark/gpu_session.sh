@@ -11,6 +11,7 @@
 #   twentieth session: decode_tiles ttft_trace occupancy_sweep | decode_tiles ttft_trace_h11 ttft_trace |
 #     ONLINE_TAG=old ONLINE_ENV="RADIXLM_KERNEL_DECODE_SMALL=4:64,4,3,0,1 RADIXLM_KERNEL_DECODE_OCCUPANCY=2,8:6,16:4
 #     RADIXLM_UVICORN=asyncio,h11" one_batch_small online_x online attn_tests | parity layers_cuda offline_ci
+#   twenty-first session: ONLINE_TAG=nopace ONLINE_ENV=RADIXLM_DECODE_PACING=off online_x online ttft_trace
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
@@ -54,7 +55,8 @@ serve_and_bench() {  # serve_and_bench NAME TIMEOUT_S BENCH_SERVING_ARGS...: a s
     "$OUT/$name.log"
   curl -s localhost:30000/get_server_info | python3 -c "import json, sys; d = json.load(sys.stdin); print(
     'server:', {k: d.get(k) for k in ('prefills_beside_decode', 'num_prefill_batches', 'overlapped_steps',
-    'decode_steps', 'decode_wall_s', 'prefill_wall_s')})"
+    'decode_steps', 'decode_wall_s', 'prefill_wall_s', 'paced_holds', 'paced_arrivals', 'paced_late_launches',
+    'paced_hold_s')})"
   curl -s localhost:30000/metrics | grep -E "time_to_first_token_seconds_(sum|count)"
   kill %1; wait
 }

@@ -137,3 +137,27 @@ def prefill_beside_decode() -> bool:
     """RADIXLM_PREFILL_BESIDE_DECODE=0: the overlap loop drains an in-flight decode before every prefill
     instead of launching the prefill beside it (on CUDA on a high-priority stream); on by default."""
     return _get("PREFILL_BESIDE_DECODE", "1") != "0"
+
+
+DEFAULT_DECODE_PACING_MS = 0.5
+
+
+def decode_pacing() -> tuple[str, float]:
+    """RADIXLM_DECODE_PACING=MARGIN_MS|off: the overlap loop launches the next decode step only this long
+    (plus the measured build time) before the one in flight is expected to end, watching for arrivals
+    meanwhile (`radixlm.managers.decode_pacer`). Returns (mode, margin in seconds): unset, ("auto", 0.5
+    ms): on where the loop watches for arrivals (CUDA, one rank); a number, ("on", it): on everywhere (the
+    CPU too, for tests); "off", ("off", 0.0)."""
+    value = _get("DECODE_PACING")
+    if value is None:
+        return "auto", DEFAULT_DECODE_PACING_MS / 1e3
+    if value.strip().lower() == "off":
+        return "off", 0.0
+    try:
+        margin = float(value)
+        if not margin >= 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"RADIXLM_DECODE_PACING must be a margin in milliseconds (>= 0) or 'off', got {value!r}"
+                         ) from None
+    return "on", margin / 1e3

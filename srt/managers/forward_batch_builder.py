@@ -27,10 +27,14 @@ def _i64(values: list[int], device: torch.device) -> torch.Tensor:
     return torch.frombuffer(array("q", values), dtype=torch.int64).to(device)
 
 
-def _f32(values: list[float], device: torch.device) -> torch.Tensor:
-    if not values:
-        return torch.empty(0, dtype=torch.float32, device=device)
-    return torch.frombuffer(array("f", values), dtype=torch.float32).to(device)
+def _columns(parts: list, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+    """Several 1-D columns (lists of numbers) on `device` with one host-to-device copy instead of one each
+    (a prefill's build made ~10 small pageable copies): views of one buffer, in order."""
+    code = "q" if dtype == torch.int64 else "f"
+    cpu = [torch.frombuffer(array(code, p), dtype=dtype) if p else torch.empty(0, dtype=dtype) for p in parts]
+    if device.type == "cpu":
+        return cpu
+    return list(torch.cat(cpu).to(device).split([t.numel() for t in cpu]))
 
 
 def input_logprob_start(req: Req, prefix_len: int, extend_len: int) -> int:
@@ -46,14 +50,19 @@ def build_sampling_info(reqs: list[Req], vocab_size: int, device: torch.device,
     params = [r.sampling_params for r in reqs]
     temps = [p.temperature for p in params]
     top_ks = [vocab_size if p.top_k in (-1, 0) or p.top_k >= vocab_size else p.top_k for p in params]
+    temperatures, top_ps, min_ps = _columns([temps, [p.top_p for p in params], [p.min_p for p in params]],
+                                            torch.float32, device)
+    top_ks_t, seeds, steps = _columns(
+        [top_ks, [r.seed for r in reqs],
+         [len(r.output_ids) + (step_offsets[i] if step_offsets else 0) for i, r in enumerate(reqs)]],
+        torch.int64, device)
     info = SamplingBatchInfo(
-        temperatures=_f32(temps, device).view(-1, 1),
-        top_ps=_f32([p.top_p for p in params], device),
-        top_ks=_i64(top_ks, device),
-        min_ps=_f32([p.min_p for p in params], device),
-        seeds=_i64([r.seed for r in reqs], device),
-        steps=_i64([len(r.output_ids) + (step_offsets[i] if step_offsets else 0) for i, r in enumerate(reqs)],
-                   device),
+        temperatures=temperatures.view(-1, 1),
+        top_ps=top_ps,
+        top_ks=top_ks_t,
+        min_ps=min_ps,
+        seeds=seeds,
+        steps=steps,
         is_all_greedy=all(t == 0.0 for t in temps),
         need_top_p_sampling=any(p.top_p < 1.0 for p in params),
         need_top_k_sampling=any(k < vocab_size for k in top_ks),
@@ -96,19 +105,22 @@ def build_extend(batch: ScheduleBatch, vocab_size: int, device: torch.device) ->
         positions.extend(range(prefix_len, prefix_len + extend_len))
         logprob_starts.append(input_logprob_start(req, prefix_len, extend_len))
     seq_lens = [p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)]
+    ids_t, positions_t, pool_t, seq_lens_t, prefix_t, extend_t, starts_t = _columns(
+        [input_ids, positions, [r.req_pool_idx for r in batch.reqs], seq_lens, batch.prefix_lens, batch.extend_lens,
+         starts], torch.int64, device)
     return ForwardBatch(
         forward_mode=batch.forward_mode,
         batch_size=len(batch.reqs),
-        input_ids=_i64(input_ids, device),
-        positions=_i64(positions, device),
-        req_pool_indices=_i64([r.req_pool_idx for r in batch.reqs], device),
-        seq_lens=_i64(seq_lens, device),
-        out_cache_loc=batch.out_cache_loc.to(device),
+        input_ids=ids_t,
+        positions=positions_t,
+        req_pool_indices=pool_t,
+        seq_lens=seq_lens_t,
+        out_cache_loc=batch.out_cache_loc.to(device),  # the slot allocator's free list lives on the device
         seq_lens_cpu=seq_lens,
         sampling_info=build_sampling_info(batch.reqs, vocab_size, device),
-        extend_prefix_lens=_i64(batch.prefix_lens, device),
-        extend_seq_lens=_i64(batch.extend_lens, device),
-        extend_start_loc=_i64(starts, device),
+        extend_prefix_lens=prefix_t,
+        extend_seq_lens=extend_t,
+        extend_start_loc=starts_t,
         extend_prefix_lens_cpu=list(batch.prefix_lens),
         extend_seq_lens_cpu=list(batch.extend_lens),
         return_logprob=batch.return_logprob(),

@@ -53,7 +53,7 @@ def _prompts(obj: GenerateReqInput, tokenizer: Any) -> tuple[list[list[int]], bo
     for seq in batch:
         if not isinstance(seq, list) or not seq:
             raise ValueError("input_ids: the prompt is empty")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in seq):
+        if set(map(type, seq)) != {int}:  # not bool (an int subclass) and the like; one C-level pass
             raise ValueError("input_ids must contain only ints")
     return [list(s) for s in batch], is_batch
 
@@ -65,6 +65,8 @@ def _check_lengths(ids: list[int], params: SamplingParams, context_len: int, voc
     if len(ids) + params.max_new_tokens > context_len:
         raise ValueError(f"the input ({len(ids)} tokens) plus max_new_tokens ({params.max_new_tokens}) is longer "
                          f"than the model's context length ({context_len} tokens)")
+    if min(ids) >= 0 and max(ids) < vocab_size:  # C-level passes; the offending id is looked up only on error
+        return
     bad = next((t for t in ids if t < 0 or t >= vocab_size), None)
     if bad is not None:
         raise ValueError(f"input_ids contains token id {bad}, outside the vocabulary (size {vocab_size})")

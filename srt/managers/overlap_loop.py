@@ -23,6 +23,11 @@ scheduler also watches its socket while it waits for a decode, so a prefill star
 of the request's arrival rather than at the next step. Off with RADIXLM_PREFILL_BESIDE_DECODE=0,
 with --enable-mixed-chunk, and on CUDA with tensor parallelism (two streams' collectives on one
 communicator could deadlock).
+
+Decode pacing (`DecodePacer`, where the loop watches for arrivals; RADIXLM_DECODE_PACING): the next
+decode is built and launched only shortly before the one in flight is expected to end, not a whole step
+ahead, and the socket is watched until then, so a prefill that arrives meanwhile shares the device with
+the rest of one decode step instead of that and a whole queued step.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import torch
 
 from radixlm import environ
 from radixlm.managers import hop_trace
+from radixlm.managers.decode_pacer import DecodePacer
 from radixlm.managers.forward_thread import ForwardThread
 from radixlm.managers.schedule_batch import Req, ScheduleBatch
 from radixlm.managers.step_trace import GpuSpan, open_step_trace
@@ -57,6 +63,8 @@ class InFlight:
     build_s: float = 0.0  # host time spent planning it (the step trace's)
     span: Optional[GpuSpan] = None  # device events around its forward (step trace on CUDA)
     waited_s: float = 0.0  # host time already spent waiting for it while watching for arrivals
+    launched_at: float = 0.0  # host time it was submitted
+    done_at: Optional[float] = None  # host time its device work was seen done (watched waits only)
 
 
 class OverlapLoop:
@@ -71,6 +79,8 @@ class OverlapLoop:
         self.lagged_steps = 0
         self.trace = open_step_trace(environ.step_trace_path(), scheduler.model_runner.device)
         self.watch_arrivals = self.beside and self.worker.device is not None and scheduler.server_args.tp_size == 1
+        self.pacer = _pacer(self.beside and scheduler.server_args.tp_size == 1, self.watch_arrivals)
+        self.paced_launch = False  # the decode launched last had a pacing deadline
 
     def run(self) -> None:
         s = self.s
@@ -80,6 +90,8 @@ class OverlapLoop:
                 if self._prefill_beside():
                     continue  # the decode in flight keeps its place; the next step decides again
                 self.drain()
+            elif self.in_flight is not None and self._hold_for_arrival():
+                continue  # a message came before the next decode's launch: the next step sees it first
             tried_admission = self.in_flight is None
             t0 = time.perf_counter()
             batch, resolve = self._next_batch()
@@ -90,7 +102,7 @@ class OverlapLoop:
                 s.tp_guard.check(batch)  # before launch: every rank about to run the same batch
                 span = self.trace.span() if self.trace is not None else None
                 launched = InFlight(batch, self.worker.submit(batch.forward_batch, resolve, span),
-                                    build_s=time.perf_counter() - t0, span=span)
+                                    build_s=time.perf_counter() - t0, span=span, launched_at=time.perf_counter())
                 hop_trace.mark("launched")
                 if self.in_flight is not None:
                     s.stats.overlapped_steps += 1
@@ -99,7 +111,11 @@ class OverlapLoop:
                 if self.watch_arrivals and self._arrival_before_done(self.in_flight):
                     s.process_input_requests(s.io.recv_requests())
                     self._prefill_beside(newest=launched)
+                elif self.pacer is not None and not self.watch_arrivals and self.in_flight.done_at is None:
+                    self.in_flight.future.result()  # pacing forced on off CUDA (tests): done with its forward
+                    self.in_flight.done_at = time.perf_counter()
                 self._process(self.in_flight, keep_deferred_for=launched)
+                self._note_paced(self.in_flight)
             self.in_flight = launched
             self.pending = {id(r): i for i, r in enumerate(batch.reqs)} if batch is not None and \
                 batch.forward_mode == ForwardMode.DECODE else {}
@@ -153,6 +169,8 @@ class OverlapLoop:
                           build_s=time.perf_counter() - t0, span=span)
         hop_trace.mark("launched")
         s.stats.prefills_beside_decode += 1
+        if self.pacer is not None:
+            self.pacer.reset()  # the decode in flight shares the device with the prefill: its end says nothing
         self._process(flight, keep_deferred_for=newest or self.in_flight)
         return True
 
@@ -164,13 +182,52 @@ class OverlapLoop:
         t0 = time.perf_counter()
         event = flight.future.result().host_copy_event
         try:
+            if event is not None and event.query() and flight.done_at is None:  # its end was not seen
+                if self.paced_launch:
+                    self._missed()  # and the next decode, paced, was launched after it: too late
+                return False
             while event is not None and not event.query():
                 if self.s.io.has_input():
                     return True
                 time.sleep(ARRIVAL_POLL_S)
+            if flight.done_at is None:
+                flight.done_at = time.perf_counter()
             return False
         finally:
             flight.waited_s += time.perf_counter() - t0
+
+    def _hold_for_arrival(self) -> bool:
+        """Decode pacing: before building the next decode, wait until its launch time (`DecodePacer`)
+        watching the socket; True if a message came first. Stops early if the decode in flight is done."""
+        deadline = self.pacer.deadline() if self.pacer is not None else None
+        self.paced_launch = deadline is not None
+        if deadline is None or time.perf_counter() >= deadline:
+            return False
+        flight, st = self.in_flight, self.s.stats
+        t0 = time.perf_counter()
+        st.paced_holds += 1
+        try:
+            while time.perf_counter() < deadline:
+                if self.s.io.has_input():
+                    st.paced_arrivals += 1
+                    return True
+                if _is_done(flight):  # ended before the deadline: the next launch is late
+                    flight.done_at = time.perf_counter()
+                    self._missed()
+                    return False
+                time.sleep(ARRIVAL_POLL_S)
+            return False
+        finally:
+            st.paced_hold_s += time.perf_counter() - t0
+
+    def _note_paced(self, flight: InFlight) -> None:
+        """A lagged decode's results are processed: its times go to the pacer."""
+        if self.pacer is not None:
+            self.pacer.step_done(flight.launched_at, flight.done_at, flight.build_s)
+
+    def _missed(self) -> None:
+        self.pacer.missed()
+        self.s.stats.paced_late_launches += 1
 
     def _admission_signature(self) -> tuple[int, ...]:
         """Counters that move when admission could newly succeed: arrivals, finishes (slots and
@@ -252,6 +309,8 @@ class OverlapLoop:
     def drain(self) -> None:
         flight, self.in_flight = self.in_flight, None
         self.pending = {}
+        if self.pacer is not None:
+            self.pacer.reset()
         if flight is not None:
             self._process(flight, keep_deferred_for=None)
 
@@ -261,6 +320,23 @@ def _prefill_beside_enabled(scheduler: "Scheduler") -> bool:
     if not environ.prefill_beside_decode() or args.enable_mixed_chunk:
         return False
     return not (scheduler.model_runner.device.type == "cuda" and args.tp_size > 1)
+
+
+def _pacer(beside_one_rank: bool, watch_arrivals: bool) -> Optional[DecodePacer]:
+    """A DecodePacer where pacing is on: by default where the loop watches for arrivals; forced on by a
+    margin in RADIXLM_DECODE_PACING. Either way it needs prefills beside decodes and one rank (its holds
+    follow host clocks and the socket, which ranks would not see alike)."""
+    mode, margin_s = environ.decode_pacing()
+    on = mode == "on" or (mode == "auto" and watch_arrivals)
+    return DecodePacer(margin_s) if on and beside_one_rank else None
+
+
+def _is_done(flight: InFlight) -> bool:
+    """The flight's device work is done (without waiting)."""
+    if not flight.future.done():
+        return False
+    event = flight.future.result().host_copy_event
+    return event is None or event.query()
 
 
 def _uses_penalties(req: Req) -> bool:

@@ -33,6 +33,10 @@ class SchedulerStats:
     overlapped_steps: int = 0  # decode batches launched before the previous batch's results were processed
     overlapped_steps_with_queue: int = 0  # of which while requests waited (admission blocked)
     prefills_beside_decode: int = 0  # prefills launched while a decode was in flight (OverlapLoop)
+    paced_holds: int = 0  # decode launches held back by pacing (DecodePacer), of which
+    paced_arrivals: int = 0  # ended early by a message (its prefill then shares the device with less decode)
+    paced_late_launches: int = 0  # decode launches that came after the device finished the step before
+    paced_hold_s: float = 0.0  # total time held
     started_at: float = field(default_factory=time.monotonic)
     _gen_window: list = field(default_factory=list, repr=False)  # (time, generated_tokens)
     _last_result_at: float = field(default=0.0, repr=False)

@@ -99,3 +99,16 @@ def test_hop_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert environ.hop_trace_path() is None
     monkeypatch.setenv("RADIXLM_HOP_TRACE", "/tmp/hops.log")
     assert environ.hop_trace_path() == "/tmp/hops.log"
+
+
+def test_decode_pacing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_DECODE_PACING", raising=False)
+    assert environ.decode_pacing() == ("auto", 0.0005)
+    monkeypatch.setenv("RADIXLM_DECODE_PACING", "off")
+    assert environ.decode_pacing() == ("off", 0.0)
+    monkeypatch.setenv("RADIXLM_DECODE_PACING", "1.5")
+    assert environ.decode_pacing() == ("on", 0.0015)
+    for bad in ("-1", "fast", "nan"):
+        monkeypatch.setenv("RADIXLM_DECODE_PACING", bad)
+        with pytest.raises(ValueError, match="RADIXLM_DECODE_PACING must be a margin"):
+            environ.decode_pacing()

@@ -184,6 +184,7 @@ def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop
                          detokenize_params=msg.detokenize_params) for msg in scheduler.io.sent]
         counts["retractions"] = scheduler.stats.num_retractions
         counts["beside"] = scheduler.stats.prefills_beside_decode
+        counts["paced"] = scheduler.stats.paced_holds
         return messages, counts
 
 
@@ -229,20 +230,23 @@ def outputs_by_rid(messages: list[dict]) -> dict[str, tuple[list[int], str]]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="CUDA: the prefill's own stream and the arrival watch"))])
+@pytest.mark.parametrize("device", ["cpu", "cpu-paced", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA: the prefill's own stream, the arrival watch, decode pacing"))])
 def test_prefill_beside_decode_gives_the_drained_outputs(tiny_dir: str, request: pytest.FixtureRequest,
                                                          monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     # a GPU machine may lack the embedded model: RADIXLM_TEST_TOKENIZER names another tokenizer folder
     smollm2_dir = environ.test_tokenizer_path() or request.getfixturevalue("smollm2_dir")
     # four requests arrive while the others decode; request rows to spare (a finished request's row stays
     # taken until the decode in flight is done)
-    loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, device=device)
+    loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, device=device.split("-")[0])
     late = {18: "r9", 26: "r10", 33: "r11", 47: "r13"}
+    if device == "cpu-paced":  # decode pacing forced on (by default it runs where CUDA is)
+        monkeypatch.setenv("RADIXLM_DECODE_PACING", "0.2")
     beside, counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
     monkeypatch.setenv("RADIXLM_PREFILL_BESIDE_DECODE", "0")
     drained, off_counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
     assert counts["beside"] > 0 and off_counts["beside"] == 0, (counts, off_counts)
+    assert (counts["paced"] > 0) == (device != "cpu") and off_counts["paced"] == 0, (counts, off_counts)
     got, want = outputs_by_rid(beside), outputs_by_rid(drained)
     assert set(got) == set(want) and len(got) == 14
     for rid in want:  # aborts land at a loop iteration, which the two loops reach at different steps
