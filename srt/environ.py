@@ -143,21 +143,21 @@ DEFAULT_DECODE_PACING_MS = 0.5
 
 
 def decode_pacing() -> tuple[str, float]:
-    """RADIXLM_DECODE_PACING=MARGIN_MS|off: the overlap loop launches the next decode step only this long
-    (plus the measured build time) before the one in flight is expected to end, watching for arrivals
-    meanwhile (`radixlm.managers.decode_pacer`). Returns (mode, margin in seconds): unset, ("auto", 0.5
-    ms): on where the loop watches for arrivals (CUDA, one rank); a number, ("on", it): on everywhere (the
-    CPU too, for tests); "off", ("off", 0.0)."""
+    """RADIXLM_DECODE_PACING=auto|MARGIN_MS|off: the overlap loop launches the next decode step only this
+    long (plus the measured build time) before the one in flight is expected to end, watching for arrivals
+    meanwhile (`radixlm.managers.decode_pacer`). Opt-in until a device A/B shows it pays. Returns (mode,
+    margin in seconds): unset or "off", ("off", 0.0); "auto", ("auto", 0.5 ms): on where the loop watches
+    for arrivals (CUDA, one rank); a number, ("on", it): on everywhere (the CPU too, for tests)."""
     value = _get("DECODE_PACING")
-    if value is None:
-        return "auto", DEFAULT_DECODE_PACING_MS / 1e3
-    if value.strip().lower() == "off":
+    if value is None or value.strip().lower() == "off":
         return "off", 0.0
+    if value.strip().lower() == "auto":
+        return "auto", DEFAULT_DECODE_PACING_MS / 1e3
     try:
         margin = float(value)
         if not margin >= 0:
             raise ValueError
     except ValueError:
-        raise ValueError(f"RADIXLM_DECODE_PACING must be a margin in milliseconds (>= 0) or 'off', got {value!r}"
-                         ) from None
+        raise ValueError("RADIXLM_DECODE_PACING must be a margin in milliseconds (>= 0), 'auto' or 'off', "
+                         f"got {value!r}") from None
     return "on", margin / 1e3

@@ -24,9 +24,9 @@ of the request's arrival rather than at the next step. Off with RADIXLM_PREFILL_
 with --enable-mixed-chunk, and on CUDA with tensor parallelism (two streams' collectives on one
 communicator could deadlock).
 
-Decode pacing (`DecodePacer`, where the loop watches for arrivals; RADIXLM_DECODE_PACING): the next
-decode is built and launched only shortly before the one in flight is expected to end, not a whole step
-ahead, and the socket is watched until then, so a prefill that arrives meanwhile shares the device with
+Decode pacing (`DecodePacer`; opt-in, RADIXLM_DECODE_PACING=auto where the loop watches for arrivals):
+the next decode is built and launched only shortly before the one in flight is expected to end, not a
+whole step ahead, and the socket is watched until then, so a prefill that arrives meanwhile shares the device with
 the rest of one decode step instead of that and a whole queued step.
 """
 
@@ -323,9 +323,9 @@ def _prefill_beside_enabled(scheduler: "Scheduler") -> bool:
 
 
 def _pacer(beside_one_rank: bool, watch_arrivals: bool) -> Optional[DecodePacer]:
-    """A DecodePacer where pacing is on: by default where the loop watches for arrivals; forced on by a
-    margin in RADIXLM_DECODE_PACING. Either way it needs prefills beside decodes and one rank (its holds
-    follow host clocks and the socket, which ranks would not see alike)."""
+    """A DecodePacer where pacing is on (off unless asked): with "auto" where the loop watches for
+    arrivals; forced on by a margin in RADIXLM_DECODE_PACING. Either way it needs prefills beside decodes
+    and one rank (its holds follow host clocks and the socket, which ranks would not see alike)."""
     mode, margin_s = environ.decode_pacing()
     on = mode == "on" or (mode == "auto" and watch_arrivals)
     return DecodePacer(margin_s) if on and beside_one_rank else None

@@ -103,6 +103,8 @@ def test_hop_trace_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_decode_pacing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RADIXLM_DECODE_PACING", raising=False)
+    assert environ.decode_pacing() == ("off", 0.0)
+    monkeypatch.setenv("RADIXLM_DECODE_PACING", "auto")
     assert environ.decode_pacing() == ("auto", 0.0005)
     monkeypatch.setenv("RADIXLM_DECODE_PACING", "off")
     assert environ.decode_pacing() == ("off", 0.0)

@@ -240,8 +240,8 @@ def test_prefill_beside_decode_gives_the_drained_outputs(tiny_dir: str, request:
     # taken until the decode in flight is done)
     loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, device=device.split("-")[0])
     late = {18: "r9", 26: "r10", 33: "r11", 47: "r13"}
-    if device == "cpu-paced":  # decode pacing forced on (by default it runs where CUDA is)
-        monkeypatch.setenv("RADIXLM_DECODE_PACING", "0.2")
+    if device != "cpu":  # decode pacing is opt-in: forced on (a margin) on the CPU, "auto" on CUDA
+        monkeypatch.setenv("RADIXLM_DECODE_PACING", "0.2" if device == "cpu-paced" else "auto")
     beside, counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
     monkeypatch.setenv("RADIXLM_PREFILL_BESIDE_DECODE", "0")
     drained, off_counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True, late=late)
