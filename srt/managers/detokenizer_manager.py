@@ -137,8 +137,9 @@ class DetokenizerManager:
             msg = self.recv_from_scheduler.recv_pyobj()
             hop_trace.mark("detok_recv")
             if isinstance(msg, BatchTokenIDOut):
-                self.send_to_tokenizer.send_pyobj(self.handle(msg))
-                hop_trace.mark("detok_sent")
+                out = self.handle(msg)
+                hop_trace.mark("detok_sent")  # before the send, as the scheduler's sched_sent
+                self.send_to_tokenizer.send_pyobj(out)
             else:
                 logger.warning("detokenizer: unexpected message %s", type(msg).__name__)
 

@@ -79,8 +79,8 @@ class SchedulerIO:
 
     def send_to_detokenizer(self, msg: Any) -> None:
         if self.tp_rank == 0:
+            hop_trace.mark("sched_sent")  # before the send: the receiver may mark its hop before this returns
             self.send_to_detokenizer_sock.send_pyobj(msg)
-            hop_trace.mark("sched_sent")
 
     def send_to_tokenizer(self, msg: Any) -> None:
         if self.tp_rank == 0:

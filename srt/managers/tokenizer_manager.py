@@ -171,9 +171,9 @@ class TokenizerManager:
             await self._shared_prefill(expanded, request)
         event = asyncio.Event()
         states = [self._new_state(r, event, expanded.return_text_in_logprobs) for r in expanded.reqs]
+        hop_trace.mark("tm_sent")  # before the sends: the scheduler may mark sched_recv before they return
         for state in states:
             self.send_to_scheduler(state.req)
-        hop_trace.mark("tm_sent")
         try:
             if not expanded.is_batch:
                 async for _, out in self._wait(states, obj.stream, request, on_finish):
