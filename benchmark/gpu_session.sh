@@ -12,7 +12,7 @@
 #     ONLINE_TAG=old ONLINE_ENV="RADIXLM_KERNEL_DECODE_SMALL=4:64,4,3,0,1 RADIXLM_KERNEL_DECODE_OCCUPANCY=2,8:6,16:4
 #     RADIXLM_UVICORN=asyncio,h11" one_batch_small online_x online attn_tests | parity layers_cuda offline_ci
 #   twenty-first session: ONLINE_TAG=nopace ONLINE_ENV=RADIXLM_DECODE_PACING=off online_x online ttft_trace
-#   (pacing is opt-in since the twenty-second: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online)
+#   (pacing is opt-in since the twenty-third: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online)
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2

@@ -149,9 +149,10 @@ def decode_pacing() -> tuple[str, float]:
     margin in seconds): unset or "off", ("off", 0.0); "auto", ("auto", 0.5 ms): on where the loop watches
     for arrivals (CUDA, one rank); a number, ("on", it): on everywhere (the CPU too, for tests)."""
     value = _get("DECODE_PACING")
-    if value is None or value.strip().lower() == "off":
+    word = (value or "off").strip().lower()
+    if word == "off":
         return "off", 0.0
-    if value.strip().lower() == "auto":
+    if word == "auto":
         return "auto", DEFAULT_DECODE_PACING_MS / 1e3
     try:
         margin = float(value)

@@ -138,7 +138,7 @@ class DetokenizerManager:
             hop_trace.mark("detok_recv")
             if isinstance(msg, BatchTokenIDOut):
                 out = self.handle(msg)
-                hop_trace.mark("detok_sent")  # before the send, as the scheduler's sched_sent
+                hop_trace.mark("detok_sent")  # before the send (hop_trace docstring)
                 self.send_to_tokenizer.send_pyobj(out)
             else:
                 logger.warning("detokenizer: unexpected message %s", type(msg).__name__)

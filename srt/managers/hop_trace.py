@@ -6,7 +6,8 @@ below (perf_counter is the system's monotonic clock, so the processes' lines com
 default: `mark` is then one global test. `benchmark/hop_trace_summary.py` pairs the hops of
 requests sent one at a time (a TTFT probe) and prints the median gap between consecutive hops.
 The HTTP hops are marked on the native `/generate` route (bench_serving's `radixlm` backend), the
-launch and result hops by the overlap loop (the default scheduler loop).
+launch and result hops by the overlap loop (the default scheduler loop). A `*_sent` hop is marked just
+before its send: marked after, it could follow the receiver's hop, and the summary would drop the request.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ communicator could deadlock).
 
 Decode pacing (`DecodePacer`; opt-in, RADIXLM_DECODE_PACING=auto where the loop watches for arrivals):
 the next decode is built and launched only shortly before the one in flight is expected to end, not a
-whole step ahead, and the socket is watched until then, so a prefill that arrives meanwhile shares the device with
-the rest of one decode step instead of that and a whole queued step.
+whole step ahead, and the socket is watched until then, so a prefill that arrives meanwhile shares the
+device with the rest of one decode step instead of that and a whole queued step.
 """
 
 from __future__ import annotations

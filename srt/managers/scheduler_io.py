@@ -79,7 +79,7 @@ class SchedulerIO:
 
     def send_to_detokenizer(self, msg: Any) -> None:
         if self.tp_rank == 0:
-            hop_trace.mark("sched_sent")  # before the send: the receiver may mark its hop before this returns
+            hop_trace.mark("sched_sent")  # before the send (hop_trace docstring)
             self.send_to_detokenizer_sock.send_pyobj(msg)
 
     def send_to_tokenizer(self, msg: Any) -> None:

@@ -171,7 +171,7 @@ class TokenizerManager:
             await self._shared_prefill(expanded, request)
         event = asyncio.Event()
         states = [self._new_state(r, event, expanded.return_text_in_logprobs) for r in expanded.reqs]
-        hop_trace.mark("tm_sent")  # before the sends: the scheduler may mark sched_recv before they return
+        hop_trace.mark("tm_sent")  # before the sends (hop_trace docstring)
         for state in states:
             self.send_to_scheduler(state.req)
         try:
