@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 
 def _get(name: str, default: str | None = None) -> str | None:
@@ -162,3 +163,15 @@ def decode_pacing() -> tuple[str, float]:
         raise ValueError("RADIXLM_DECODE_PACING must be a margin in milliseconds (>= 0), 'auto' or 'off', "
                          f"got {value!r}") from None
     return "on", margin / 1e3
+
+
+def mp_start_method(device: str) -> str:
+    """RADIXLM_MP_START_METHOD=spawn|forkserver: how the serving children start (see
+    managers/process_start.py). Default: forkserver on the CPU under Linux, spawn elsewhere (on CUDA
+    until a device run has shown forked ranks sound)."""
+    value = _get("MP_START_METHOD")
+    if value is None:
+        return "forkserver" if device == "cpu" and sys.platform.startswith("linux") else "spawn"
+    if value not in ("spawn", "forkserver"):
+        raise ValueError(f"RADIXLM_MP_START_METHOD must be 'spawn' or 'forkserver', got {value!r}")
+    return value

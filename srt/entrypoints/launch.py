@@ -18,21 +18,23 @@ from __future__ import annotations
 
 import logging
 import dataclasses
-import multiprocessing as mp
 import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from radixlm import environ
 from radixlm.managers.io_struct import ProcessFailed, ProcessReady
 from radixlm.managers.ports import PortArgs
+from radixlm.managers.process_start import child_args, child_entry, mp_context
 from radixlm.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 600.0
+SCHEDULER_TARGET = "radixlm.managers.scheduler:run_scheduler_process"
+DETOKENIZER_TARGET = "radixlm.managers.detokenizer_manager:run_detokenizer_process"
 NODE_WATCH_INTERVAL_S = 0.5
 
 
@@ -76,9 +78,11 @@ class ChildProcesses:
             time.sleep(NODE_WATCH_INTERVAL_S)
 
 
-def _start(ctx: Any, children: ChildProcesses, name: str, target: Callable, args: tuple) -> Any:
+def _start(ctx: Any, children: ChildProcesses, name: str, target: str, args: tuple) -> Any:
+    """Start child `name` running `target` ("module:function") with `args`, its readiness pipe and our pid."""
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=target, args=(*args, writer, os.getpid()), name=f"radixlm-{name}", daemon=True)
+    proc = ctx.Process(target=child_entry, args=(*child_args(target, args), writer, os.getpid()),
+                       name=f"radixlm-{name}", daemon=True)
     proc.start()
     writer.close()
     children.procs[name] = proc
@@ -98,8 +102,9 @@ def _wait_ready(children: ChildProcesses, pipes: dict[str, Any], timeout_s: floa
             msg = pipe.recv()
         except EOFError:
             raise RuntimeError(f"{name} process closed its readiness pipe without reporting (exit code "
-                               f"{proc.exitcode}); children are spawned, so a script that starts an Engine "
-                               f"must do so under `if __name__ == '__main__':`") from None
+                               f"{proc.exitcode}); where children are spawned (RADIXLM_MP_START_METHOD=spawn, the "
+                               f"default on CUDA), a script that starts an Engine must do so under "
+                               f"`if __name__ == '__main__':`") from None
         if isinstance(msg, ProcessFailed):
             raise RuntimeError(f"{name} process failed to start; its traceback:\n{msg.traceback}")
         assert isinstance(msg, ProcessReady), msg
@@ -138,8 +143,6 @@ def _serve_non_zero_node(server_args: ServerArgs, children: ChildProcesses, pipe
 
 
 def launch_subprocesses(server_args: ServerArgs) -> tuple[Any, ChildProcesses]:
-    from radixlm.managers.detokenizer_manager import run_detokenizer_process
-    from radixlm.managers.scheduler import run_scheduler_process
     from radixlm.managers.tokenizer_manager import TokenizerManager
 
     server_args = _with_dist_init_addr(server_args.resolved())
@@ -147,16 +150,16 @@ def launch_subprocesses(server_args: ServerArgs) -> tuple[Any, ChildProcesses]:
     if server_args.tp_size > 1 and server_args.device == "cuda":
         environ.set_default_nccl_env()  # before the ranks start; they inherit it
     port_args = PortArgs.new()
-    ctx = mp.get_context("spawn")
+    ctx = mp_context(environ.mp_start_method(server_args.device))
     children = ChildProcesses(port_args)
     pipes: dict[str, Any] = {}
     try:
         for rank in local_tp_ranks(server_args):
-            pipes[f"scheduler-tp{rank}"] = _start(ctx, children, f"scheduler-tp{rank}", run_scheduler_process,
+            pipes[f"scheduler-tp{rank}"] = _start(ctx, children, f"scheduler-tp{rank}", SCHEDULER_TARGET,
                                                   (server_args, port_args, rank))
         if server_args.node_rank > 0:
             _serve_non_zero_node(server_args, children, pipes)
-        pipes["detokenizer"] = _start(ctx, children, "detokenizer", run_detokenizer_process,
+        pipes["detokenizer"] = _start(ctx, children, "detokenizer", DETOKENIZER_TARGET,
                                       (server_args, port_args))
         tokenizer_manager = TokenizerManager(server_args, port_args)  # loads while the children start
         _wait_ready(children, pipes, STARTUP_TIMEOUT_S)

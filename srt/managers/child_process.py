@@ -30,10 +30,14 @@ class ServingProcess(Protocol):
 
 
 def start_parent_watchdog(parent_pid: int) -> threading.Thread:
+    """Exit when `parent_pid` is gone or this process was re-parented. The parent is the launching
+    process; under forkserver the immediate parent is the forkserver, which exits with the launcher."""
+    first_ppid = os.getppid()
+
     def watch() -> None:
         while True:
             time.sleep(WATCHDOG_INTERVAL_S)
-            if os.getppid() != parent_pid or not _pid_alive(parent_pid):
+            if os.getppid() != first_ppid or not _pid_alive(parent_pid):
                 os._exit(0)
 
     thread = threading.Thread(target=watch, name="parent-watchdog", daemon=True)

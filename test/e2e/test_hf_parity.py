@@ -1,8 +1,8 @@
 """Greedy parity with Hugging Face transformers on the embedded SmolLM2-135M (real weights, float32).
 
-Eight prompts of 3..400 tokens run as ONE batch (prefill, then 64 decode steps) and must
-give exactly the ids of `generate(do_sample=False)` run per prompt; then again with each
-prompt split across two forward calls (the second extends over a prefix in the KV pool).
+Eight prompts of 3..400 tokens run as ONE batch (prefill, then 64 decode steps) and must give
+exactly the ids of `generate(do_sample=False)` (the prompts left-padded into one batch); then again
+with each prompt split across two forward calls (the second extends over a prefix in the KV pool).
 """
 
 from __future__ import annotations
@@ -64,13 +64,15 @@ def setup(smollm2_dir: str) -> tuple[ModelRunner, torch.nn.Module, list[list[int
 
 @pytest.fixture(scope="module")
 def expected(setup: tuple) -> list[list[int]]:
+    """HF's greedy ids, the eight prompts left-padded into one `generate` call (half the time of eight
+    calls here; the same ids as per-prompt calls on these prompts, checked when this was written)."""
     _, hf, prompts = setup
-    out = []
-    for p in prompts:
-        gen = hf.generate(torch.tensor([p]), do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None,
-                          attention_mask=torch.ones(1, len(p), dtype=torch.long))
-        out.append(gen[0, len(p):].tolist())
-    return out
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    gen = hf.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None,
+                      pad_token_id=0)
+    return gen[:, width:].tolist()
 
 
 def test_one_batch_prefill_then_decode_matches_hf(setup: tuple, expected: list[list[int]]) -> None:

@@ -114,3 +114,19 @@ def test_decode_pacing(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("RADIXLM_DECODE_PACING", bad)
         with pytest.raises(ValueError, match="RADIXLM_DECODE_PACING must be a margin"):
             environ.decode_pacing()
+
+
+def test_mp_start_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RADIXLM_MP_START_METHOD", raising=False)
+    monkeypatch.setattr(environ.sys, "platform", "linux")
+    assert environ.mp_start_method("cpu") == "forkserver"
+    assert environ.mp_start_method("cuda") == "spawn"
+    monkeypatch.setattr(environ.sys, "platform", "darwin")
+    assert environ.mp_start_method("cpu") == "spawn"
+    monkeypatch.setenv("RADIXLM_MP_START_METHOD", "spawn")
+    assert environ.mp_start_method("cpu") == "spawn"
+    monkeypatch.setenv("RADIXLM_MP_START_METHOD", "forkserver")
+    assert environ.mp_start_method("cuda") == "forkserver"
+    monkeypatch.setenv("RADIXLM_MP_START_METHOD", "fork")
+    with pytest.raises(ValueError, match="RADIXLM_MP_START_METHOD must be 'spawn' or 'forkserver'"):
+        environ.mp_start_method("cpu")
