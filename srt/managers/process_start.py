@@ -5,10 +5,10 @@ every child of every start under `spawn`. Under `forkserver` one server process 
 PRELOAD below) and each child is forked from it with those modules loaded; a process that starts many
 engines (a test session, a notebook) pays the imports once in all.
 
-A forked child inherits the forkserver's environment and working directory, frozen when it started, not
-the parent's at the child's start. So every child runs `child_entry` first: it takes the parent's
-current environment, directory and import path, and only then imports the serving module it runs and unpickles its
-arguments (which are sent as bytes for that reason). The preload is third-party modules only, so
+A forked child inherits the forkserver's environment, frozen when the forkserver started, not the
+parent's at the child's start (multiprocessing itself sends the parent's current directory and import
+path). So every child runs `child_entry` first: it takes the parent's current environment, and only then
+imports the serving module it runs and unpickles its arguments (which are sent as bytes for that reason). The preload is third-party modules only, so
 radixlm's import-time settings (`hop_trace`, the kernel tables) follow the parent's environment; the
 preloaded modules' own import-time settings (OMP_NUM_THREADS, TRITON_INTERPRET) are those of the
 process's first start.
@@ -22,7 +22,6 @@ import importlib
 import multiprocessing as mp
 import os
 import pickle
-import sys
 from typing import Any
 
 # imported once by the forkserver; a name that fails to import is skipped by multiprocessing
@@ -43,16 +42,13 @@ def mp_context(method: str) -> Any:
 def child_args(target: str, args: tuple) -> tuple:
     """The Process args that make `child_entry` call `target` ("module:function") with `args`, then the
     readiness pipe and parent pid appended by the caller."""
-    return (target, pickle.dumps(args), dict(os.environ), os.getcwd(), list(sys.path))
+    return (target, pickle.dumps(args), dict(os.environ))
 
 
-def child_entry(target: str, payload: bytes, env: dict[str, str], cwd: str, path: list[str], *tail: Any) -> None:
-    """A child's first code: the parent's environment, directory and import path, then its module and
-    arguments."""
+def child_entry(target: str, payload: bytes, env: dict[str, str], *tail: Any) -> None:
+    """A child's first code: the parent's environment, then its module and arguments."""
     os.environ.clear()
     os.environ.update(env)
-    os.chdir(cwd)
-    sys.path[:] = path
     module, name = target.split(":")
     func = getattr(importlib.import_module(module), name)
     func(*pickle.loads(payload), *tail)
