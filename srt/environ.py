@@ -167,11 +167,15 @@ def decode_pacing() -> tuple[str, float]:
 
 def mp_start_method(device: str) -> str:
     """RADIXLM_MP_START_METHOD=spawn|forkserver: how the serving children start (see
-    managers/process_start.py). Default: forkserver on the CPU under Linux, spawn elsewhere (on CUDA
-    until a device run has shown forked ranks sound)."""
+    managers/process_start.py). Default: forkserver on the CPU under Linux, else spawn; forkserver is
+    refused off the CPU (on an H100 its children failed with "Cannot re-initialize CUDA in forked
+    subprocess")."""
     value = _get("MP_START_METHOD")
     if value is None:
         return "forkserver" if device == "cpu" and sys.platform.startswith("linux") else "spawn"
     if value not in ("spawn", "forkserver"):
         raise ValueError(f"RADIXLM_MP_START_METHOD must be 'spawn' or 'forkserver', got {value!r}")
+    if value == "forkserver" and device != "cpu":
+        raise ValueError(f"RADIXLM_MP_START_METHOD=forkserver works on the CPU only, not with device {device!r}: "
+                         "a preloaded module queries CUDA at import, and torch then refuses CUDA in forked children")
     return value

@@ -8,12 +8,14 @@ engines (a test session, a notebook) pays the imports once in all.
 A forked child inherits the forkserver's environment, frozen when the forkserver started, not the
 parent's at the child's start (multiprocessing itself sends the parent's current directory and import
 path). So every child runs `child_entry` first: it takes the parent's current environment, and only then
-imports the serving module it runs and unpickles its arguments (which are sent as bytes for that reason). The preload is third-party modules only, so
-radixlm's import-time settings (`hop_trace`, the kernel tables) follow the parent's environment; the
-preloaded modules' own import-time settings (OMP_NUM_THREADS, TRITON_INTERPRET) are those of the
-process's first start.
+imports the serving module it runs and unpickles its arguments (sent as bytes for that reason). The
+preload is third-party modules only, so radixlm's import-time settings (`hop_trace`, the kernel tables)
+follow the parent's environment; the preloaded modules' own (OMP_NUM_THREADS, TRITON_INTERPRET) are those
+of the process's first start.
 
-The method: `RADIXLM_MP_START_METHOD`, default forkserver on the CPU under Linux and spawn on CUDA.
+The method: `RADIXLM_MP_START_METHOD`, default forkserver on the CPU under Linux, else spawn. Not on CUDA:
+a preloaded module queries CUDA at import, and torch then refuses CUDA in the forked children (an H100 run
+failed so: "Cannot re-initialize CUDA in forked subprocess").
 """
 
 from __future__ import annotations

@@ -126,7 +126,9 @@ def test_mp_start_method(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RADIXLM_MP_START_METHOD", "spawn")
     assert environ.mp_start_method("cpu") == "spawn"
     monkeypatch.setenv("RADIXLM_MP_START_METHOD", "forkserver")
-    assert environ.mp_start_method("cuda") == "forkserver"
+    assert environ.mp_start_method("cpu") == "forkserver"
+    with pytest.raises(ValueError, match="forkserver works on the CPU only"):
+        environ.mp_start_method("cuda")
     monkeypatch.setenv("RADIXLM_MP_START_METHOD", "fork")
     with pytest.raises(ValueError, match="RADIXLM_MP_START_METHOD must be 'spawn' or 'forkserver'"):
         environ.mp_start_method("cpu")
