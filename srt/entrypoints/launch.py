@@ -102,8 +102,8 @@ def _wait_ready(children: ChildProcesses, pipes: dict[str, Any], timeout_s: floa
             msg = pipe.recv()
         except EOFError:
             raise RuntimeError(f"{name} process closed its readiness pipe without reporting (exit code "
-                               f"{proc.exitcode}); where children are spawned (RADIXLM_MP_START_METHOD=spawn, the "
-                               f"default on CUDA), a script that starts an Engine must do so under "
+                               f"{proc.exitcode}); children import the main script (spawn and forkserver both do), "
+                               f"so a script that starts an Engine must do so under "
                                f"`if __name__ == '__main__':`") from None
         if isinstance(msg, ProcessFailed):
             raise RuntimeError(f"{name} process failed to start; its traceback:\n{msg.traceback}")
