@@ -13,7 +13,8 @@
 #     RADIXLM_UVICORN=asyncio,h11" one_batch_small online_x online attn_tests | parity layers_cuda offline_ci
 #   twenty-first session: ONLINE_TAG=nopace ONLINE_ENV=RADIXLM_DECODE_PACING=off online_x online ttft_trace
 #   (pacing is opt-in since the twenty-third: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online)
-#   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online
+#   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online |
+#     start_method beside_test (at 7c90f38; start_method is gone since forkserver is refused on CUDA) | beside_test
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
@@ -259,18 +260,6 @@ for what in "$@"; do
     attn_tests) step attn_tests 200 python3 -m pytest -q test/kernel/test_attention.py test/kernel/test_cascade_attention.py ;;
     grammar) step grammar 150 python3 benchmark/bench_grammar.py --tokenizer .models/smollm2-tokenizer --device cuda \
                  --steps 100 --mask-fill-threads 4 ;;
-    start_method)  # the server's start (launch to /health) and greedy ids under each RADIXLM_MP_START_METHOD
-            for m in spawn forkserver; do (export RADIXLM_MP_START_METHOD=$m; t0=$(date +%s.%N)
-              python3 -m radixlm.launch_server --model-path $MODEL --load-format dummy --dtype bfloat16 --port 30000 \
-                 --log-level warning >"$OUT/server_start_$m.log" 2>&1 &
-              for i in $(seq 1500); do curl -sf localhost:30000/health >/dev/null && break; sleep 0.2; done
-              echo "start_method $m: /health after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
-              curl -s localhost:30000/generate -d '{"input_ids": [[1, 2, 3, 4, 5], [9, 8, 7]], "sampling_params":
-                 {"max_new_tokens": 32, "temperature": 0, "ignore_eos": true}}' | python3 -c "import json, sys
-print(json.dumps([o.get('output_ids') for o in json.load(sys.stdin)]))" > "$OUT/start_ids_$m.txt"
-              kill %1; wait); done
-            cmp -s "$OUT/start_ids_spawn.txt" "$OUT/start_ids_forkserver.txt" && echo "start_method ids: equal" \
-              || echo "start_method ids: DIFFER"; head -c 300 "$OUT/start_ids_forkserver.txt"; echo ;;
     *) echo "unknown step $what" ;;
   esac
 done
