@@ -4,8 +4,9 @@
 
 Prints one row per batch kind (decode rows also by batch-size band): steps, mean new tokens, and the
 mean and median of wall time per step (between consecutive results), device time, the device's idle
-gap before the batch, host build, wait and processing time. `decode after extend` is the first decode
-following a prefill: the step that pays for folding the new request in.
+gap before the batch, host build, wait and processing time; and the sums, in seconds, of wall, device and
+bubble time (where the run's time went). `decode after extend` is the first decode following a prefill:
+the step that pays for folding the new request in.
 """
 
 from __future__ import annotations
@@ -55,15 +56,25 @@ def stat(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} / {statistics.median(values):.2f}"
 
 
+def total(rows: list[dict]) -> str:
+    """Sums of wall, device and bubble time in seconds ("-" where a field was not recorded)."""
+    sums = []
+    for f in ("wall_ms", "gpu_ms", "bubble_ms"):
+        values = [r[f] for r in rows if r.get(f) is not None]
+        sums.append(f"{sum(values) / 1e3:.2f}" if values else "-")
+    return " / ".join(sums)
+
+
 def table(groups: dict[str, list[dict]]) -> str:
     head = "| batches | steps | mean bs | mean new tokens | " + " | ".join(f"{f[:-3]} ms (mean / median)"
-                                                                    for f in FIELDS) + " |"
-    lines = [head, "|" + "---|" * (4 + len(FIELDS))]
+                                                                    for f in FIELDS) + " | wall / device / bubble s |"
+    lines = [head, "|" + "---|" * (5 + len(FIELDS))]
     for name in sorted(groups, key=lambda n: (not n.startswith("extend"), n)):
         rows = groups[name]
         cells = [name, str(len(rows)), f"{statistics.fmean(r['bs'] for r in rows):.1f}",
                  f"{statistics.fmean(r['new_tokens'] for r in rows):.0f}"]
         cells += [stat([r.get(f) for r in rows]) for f in FIELDS]
+        cells.append(total(rows))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
