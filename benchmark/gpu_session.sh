@@ -13,7 +13,8 @@
 #     RADIXLM_UVICORN=asyncio,h11" one_batch_small online_x online attn_tests | parity layers_cuda offline_ci
 #   twenty-first session: ONLINE_TAG=nopace ONLINE_ENV=RADIXLM_DECODE_PACING=off online_x online ttft_trace
 #   (pacing is opt-in since the twenty-third: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online)
-#   twenty-fifth session: decode_balanced offline_trace
+#   twenty-fifth session: decode_balanced offline_trace (decode_balanced at f9ffd62, since removed) |
+#     ONLINE_TAG=mixed ONLINE_ENV="SERVER_FLAGS=--enable-mixed-chunk" online_x online
 #   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online |
 #     start_method beside_test (at 7c90f38; start_method is gone since forkserver is refused on CUDA) | beside_test
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
@@ -251,8 +252,6 @@ for what in "$@"; do
               step "occupancy_ab_$(echo $occ | tr ',:' '__')" 150 python3 benchmark/bench_one_batch.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --batch-size 8 16 --input-len 2048 --output-len 64); done ;;
     prefill_attn) step prefill_attn 300 python3 benchmark/gpu_prefill_attention.py ${PREFILL_ATTN_CASES:+--cases $PREFILL_ATTN_CASES} ;;
-    decode_balanced) STEP_TAIL=40 step decode_balanced 420 python3 benchmark/gpu_decode_balanced.py \
-                 ${BAL_CASES:+--decode $BAL_CASES} ;;
     offline_trace)  # offline_ci with the step trace: where the run's wall time goes (device, idle device)
             (export RADIXLM_STEP_TRACE="$OUT/step_trace_offline.jsonl"
              step offline_trace 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
