@@ -56,7 +56,21 @@ class DecodeMetadata:
 @dataclass
 class ExtendMetadata:
     extend_start_loc: torch.Tensor  # [bs] offsets of each request's new tokens
-    max_len_extend: int
+    max_len_extend: int  # of the first `prefill_rows` rows
+    prefill_rows: int  # rows [prefill_rows, bs) have one new token each: they take the decode kernel
+
+
+def one_token_tail(ext_lens: list[int]) -> int:
+    """How many rows at the end of an extend batch have exactly one new token (a MIXED batch puts its
+    running decodes there). Their query attends its whole context, the new token included once stored,
+    which is what the decode kernel computes with its KV splits; the extend kernel would give each a
+    128-query tile of one real row that walks the whole context alone."""
+    n = 0
+    for length in reversed(ext_lens):
+        if length != 1:
+            break
+        n += 1
+    return n
 
 
 @register_attention_backend("triton")
@@ -100,7 +114,9 @@ class TritonAttnBackend(AttentionBackend):
         start = forward_batch.extend_start_loc
         if start is None:
             start = torch.cumsum(ext, dim=0) - ext
-        self.forward_metadata = ExtendMetadata(start, max(forward_batch.extend_seq_lens_cpu, default=0))
+        ext_cpu = forward_batch.extend_seq_lens_cpu
+        rows = len(ext_cpu) - one_token_tail(ext_cpu)
+        self.forward_metadata = ExtendMetadata(start, max(ext_cpu[:rows], default=0), rows)
 
     def _use_cascade(self, forward_batch: "ForwardBatch") -> bool:
         """A host decision on the (padded) batch size only, so capture and replay agree."""
@@ -202,10 +218,19 @@ class TritonAttnBackend(AttentionBackend):
         k3, v3 = self._save_kv(k, v, layer, forward_batch, save_kv_cache)
         k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
         o = q.new_empty(q.shape[0], layer.tp_q_head_num, layer.v_head_dim)
-        self.kernel.extend_attention_fwd(
-            q.view(q.shape[0], layer.tp_q_head_num, layer.head_dim), k3, v3, o, k_buf, v_buf,
-            forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-            forward_batch.extend_seq_lens, meta.extend_start_loc, meta.max_len_extend, layer.scaling)
+        q3 = q.view(q.shape[0], layer.tp_q_head_num, layer.head_dim)
+        rows, fb = meta.prefill_rows, forward_batch
+        if rows:
+            self.kernel.extend_attention_fwd(
+                q3, k3, v3, o, k_buf, v_buf, fb.req_to_token_pool.req_to_token, fb.req_pool_indices[:rows],
+                fb.seq_lens[:rows], fb.extend_seq_lens[:rows], meta.extend_start_loc[:rows], meta.max_len_extend,
+                layer.scaling)
+        tail = fb.batch_size - rows
+        if tail:  # one new token per row, the last `tail` tokens of q: the decode kernel over the pool
+            self.kernel.decode_attention_fwd(
+                q3[-tail:], k_buf, v_buf, o[-tail:], fb.req_to_token_pool.req_to_token, fb.req_pool_indices[rows:],
+                fb.seq_lens[rows:], None, layer.scaling, max_kv_splits=self._grid_splits(tail),
+                split_counters=self._counters(tail))
         return o.view(q.shape[0], -1)
 
     def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",

@@ -99,6 +99,25 @@ def test_triton_backend_matches_torch_native(device: str, dtype: torch.dtype, to
     assert triton.cuda_graph_num_kv_splits is splits_at_capture  # the graph's static buffer is never replaced
 
 
+def test_mixed_batch_one_token_rows_take_the_decode_kernel(device: str, dtype: torch.dtype, tol: dict) -> None:
+    """A MIXED batch (a prefill, then the running decodes with one new token each) and an extend whose last row
+    has one token: the one-token tail goes through the decode kernel (with KV splits, row 1's 271 tokens
+    cross several), the rest through the extend kernel; both match torch_native, and so do the pools."""
+    from radixlm.layers.attention.triton_backend import ExtendMetadata
+
+    torch.manual_seed(3)
+    h = Harness(device, dtype)
+    h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1], [30, 7, 250]), tol)
+    triton = h.backends["triton"]
+    cases = [(ForwardMode.MIXED, [3, 2, 0, 1], [40, 1, 1, 1], 1), (ForwardMode.MIXED, [2, 0, 1, 3], [1, 1, 1, 1], 0),
+             (ForwardMode.EXTEND, [3, 1], [9, 1], 1), (ForwardMode.MIXED, [3, 0], [12, 3], 2)]
+    for mode, rows, new, prefill_rows in cases:
+        h.run(h.batch(mode, rows, new), tol)
+        meta = triton.forward_metadata
+        assert isinstance(meta, ExtendMetadata) and meta.prefill_rows == prefill_rows
+        assert meta.max_len_extend == max(new[:prefill_rows], default=0)
+
+
 def test_registered_under_triton() -> None:
     from radixlm.layers.attention.base import ATTENTION_BACKENDS
     from radixlm.layers.attention.triton_backend import TritonAttnBackend
