@@ -5,7 +5,9 @@ Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 `decode_attention_fwd` (flash-decoding; the kernels count each request's KV splits from its
 length; a cascade batch's splits are computed on the device from the context past the prefix).
 An extend whose last queries alone are read (`forward_extend_last`) stores every new K/V and runs
-`decode_attention_fwd` for those queries, eager (no order, no cascade, kernel-allocated scratch).
+`decode_attention_fwd` for those queries, eager (no order, no cascade, kernel-allocated scratch, the split
+grid EAGER_KV_SPLITS). So do an extend batch's trailing one-token rows (a MIXED batch's running decodes):
+the extend kernel runs for the rows before them only.
 Outside cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
 them and stores the new k/v itself, one launch per layer instead of two. Decode
 batches of at least CASCADE_MIN_BS requests first group requests that share a cached prefix
@@ -39,6 +41,12 @@ if TYPE_CHECKING:
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 MAX_KV_SPLITS = 32
+# The decode kernel's split grid outside CUDA graphs (an extend's last queries, a MIXED batch's decodes): one value
+# whatever the batch size, so these launches compile one kernel variant (the one the server's warm-up request
+# compiles) instead of one per split count class (each a compile of ~1 s on first use, which stalled the first
+# MIXED batches of a fresh server for 0.7-2.8 s each; RESULTS.md, twenty-fifth session). Rows get
+# min(ceil(len / 64), 32) splits either way; programs past a row's count exit at once.
+EAGER_KV_SPLITS = MAX_KV_SPLITS
 CASCADE_MIN_BS = 16  # smaller decode batches skip the grouping (its ~20 small launches per step)
 
 
@@ -58,6 +66,8 @@ class ExtendMetadata:
     extend_start_loc: torch.Tensor  # [bs] offsets of each request's new tokens
     max_len_extend: int  # of the first `prefill_rows` rows
     prefill_rows: int  # rows [prefill_rows, bs) have one new token each: they take the decode kernel
+    tail_seq_lens: Optional[torch.Tensor] = None  # seq_lens[prefill_rows:] in a buffer of their own
+    tail_pool_indices: Optional[torch.Tensor] = None  # req_pool_indices[prefill_rows:], likewise
 
 
 def one_token_tail(ext_lens: list[int]) -> int:
@@ -116,7 +126,11 @@ class TritonAttnBackend(AttentionBackend):
             start = torch.cumsum(ext, dim=0) - ext
         ext_cpu = forward_batch.extend_seq_lens_cpu
         rows = len(ext_cpu) - one_token_tail(ext_cpu)
-        self.forward_metadata = ExtendMetadata(start, max(ext_cpu[:rows], default=0), rows)
+        meta = ExtendMetadata(start, max(ext_cpu[:rows], default=0), rows)
+        if rows < len(ext_cpu):  # copies: a slice's address (16-byte aligned or not) would be another compile
+            meta.tail_seq_lens = forward_batch.seq_lens[rows:].clone()
+            meta.tail_pool_indices = forward_batch.req_pool_indices[rows:].clone()
+        self.forward_metadata = meta
 
     def _use_cascade(self, forward_batch: "ForwardBatch") -> bool:
         """A host decision on the (padded) batch size only, so capture and replay agree."""
@@ -228,9 +242,8 @@ class TritonAttnBackend(AttentionBackend):
         tail = fb.batch_size - rows
         if tail:  # one new token per row, the last `tail` tokens of q: the decode kernel over the pool
             self.kernel.decode_attention_fwd(
-                q3[-tail:], k_buf, v_buf, o[-tail:], fb.req_to_token_pool.req_to_token, fb.req_pool_indices[rows:],
-                fb.seq_lens[rows:], None, layer.scaling, max_kv_splits=self._grid_splits(tail),
-                split_counters=self._counters(tail))
+                q3[-tail:], k_buf, v_buf, o[-tail:], fb.req_to_token_pool.req_to_token, meta.tail_pool_indices,
+                meta.tail_seq_lens, None, layer.scaling, max_kv_splits=EAGER_KV_SPLITS)
         return o.view(q.shape[0], -1)
 
     def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
@@ -250,7 +263,7 @@ class TritonAttnBackend(AttentionBackend):
         """The decode kernel over each request's whole context (the pool holds the new K/V once stored); the
         extend's metadata plans nothing for it, so the kernel counts the splits and allocates its scratch."""
         self._save_kv(k, v, layer, forward_batch, save_kv_cache)
-        return self._decode_attention(q_last, layer, forward_batch, None, self._grid_splits(q_last.shape[0]))
+        return self._decode_attention(q_last, layer, forward_batch, None, EAGER_KV_SPLITS)
 
     def _decode_attention(self, q: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",
                           num_kv_splits: Optional[torch.Tensor], max_kv_splits: int, **launch: object) -> torch.Tensor:
