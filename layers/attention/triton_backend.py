@@ -6,7 +6,7 @@ Per forward: new K/V go into the pool with `store_kv_cache`, then extend runs
 length; a cascade batch's splits are computed on the device from the context past the prefix).
 An extend whose last queries alone are read (`forward_extend_last`) stores every new K/V and runs
 `decode_attention_fwd` for those queries, eager (no order, no cascade, kernel-allocated scratch, the split
-grid EAGER_KV_SPLITS). So do an extend batch's trailing one-token rows (a MIXED batch's running decodes):
+grid `_eager_splits`). So do an extend batch's trailing one-token rows (a MIXED batch's running decodes):
 the extend kernel runs for the rows before them only.
 Outside cascade batches a decode takes q/k un-rotated (`takes_decode_rope`): the attention kernel rotates
 them and stores the new k/v itself, one launch per layer instead of two. Decode
@@ -41,12 +41,14 @@ if TYPE_CHECKING:
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 MAX_KV_SPLITS = 32
-# The decode kernel's split grid outside CUDA graphs (an extend's last queries, a MIXED batch's decodes): one value
-# whatever the batch size, so these launches compile one kernel variant (the one the server's warm-up request
-# compiles) instead of one per split count class (each a compile of ~1 s on first use, which stalled the first
-# MIXED batches of a fresh server for 0.7-2.8 s each; RESULTS.md, twenty-fifth session). Rows get
-# min(ceil(len / 64), 32) splits either way; programs past a row's count exit at once.
+# The decode kernel's split grid outside CUDA graphs (an extend's last queries, a MIXED batch's decodes) for up to
+# EAGER_MAX_BS rows: one value whatever the batch size, so these launches compile one kernel variant (the one the
+# server's warm-up request compiles) instead of one per split count class (each a compile of ~1 s on first use,
+# which stalled the first MIXED batches of a fresh server for 0.7-2.8 s each; RESULTS.md, twenty-fifth session).
+# Rows get min(ceil(len / 64), 32) splits either way; programs past a row's count exit at once. Larger batches
+# keep the sized grid: their kernel-allocated scratch grows with the grid (bs x 32 splits x Hq x Dv floats).
 EAGER_KV_SPLITS = MAX_KV_SPLITS
+EAGER_MAX_BS = 16
 CASCADE_MIN_BS = 16  # smaller decode batches skip the grouping (its ~20 small launches per step)
 
 
@@ -176,6 +178,10 @@ class TritonAttnBackend(AttentionBackend):
         return self.kernel.grid_kv_splits(bs, self.num_kv_heads, self._split_cap(cascade), self.num_sms,
                                           self._heads_per_program(), fp8=self.kv_fp8)
 
+    def _eager_splits(self, bs: int) -> int:
+        """The split grid of an eager decode launch of `bs` rows (see EAGER_KV_SPLITS)."""
+        return EAGER_KV_SPLITS if bs <= EAGER_MAX_BS else self._grid_splits(bs)
+
     def _heads_per_program(self) -> int:
         """KV heads one decode program attends (a kernel knob per pool dtype; it sizes the grid)."""
         return self.kernel.kv_heads_per_program(self.num_kv_heads, self.kv_dtype)
@@ -243,7 +249,7 @@ class TritonAttnBackend(AttentionBackend):
         if tail:  # one new token per row, the last `tail` tokens of q: the decode kernel over the pool
             self.kernel.decode_attention_fwd(
                 q3[-tail:], k_buf, v_buf, o[-tail:], fb.req_to_token_pool.req_to_token, meta.tail_pool_indices,
-                meta.tail_seq_lens, None, layer.scaling, max_kv_splits=EAGER_KV_SPLITS)
+                meta.tail_seq_lens, None, layer.scaling, max_kv_splits=self._eager_splits(tail))
         return o.view(q.shape[0], -1)
 
     def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
@@ -263,7 +269,7 @@ class TritonAttnBackend(AttentionBackend):
         """The decode kernel over each request's whole context (the pool holds the new K/V once stored); the
         extend's metadata plans nothing for it, so the kernel counts the splits and allocates its scratch."""
         self._save_kv(k, v, layer, forward_batch, save_kv_cache)
-        return self._decode_attention(q_last, layer, forward_batch, None, EAGER_KV_SPLITS)
+        return self._decode_attention(q_last, layer, forward_batch, None, self._eager_splits(q_last.shape[0]))
 
     def _decode_attention(self, q: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",
                           num_kv_splits: Optional[torch.Tensor], max_kv_splits: int, **launch: object) -> torch.Tensor:

@@ -116,6 +116,9 @@ def test_mixed_batch_one_token_rows_take_the_decode_kernel(device: str, dtype: t
         meta = triton.forward_metadata
         assert isinstance(meta, ExtendMetadata) and meta.prefill_rows == prefill_rows
         assert meta.max_len_extend == max(new[:prefill_rows], default=0)
+    # eager decode launches of up to 16 rows share one split grid (one compiled variant); larger ones are sized
+    assert {triton._eager_splits(bs) for bs in range(1, 17)} == {32}
+    assert triton._eager_splits(64) == triton._grid_splits(64) < 32
 
 
 def test_registered_under_triton() -> None:
