@@ -245,7 +245,7 @@ class TritonAttnBackend(AttentionBackend):
                 q3, k3, v3, o, k_buf, v_buf, fb.req_to_token_pool.req_to_token, fb.req_pool_indices[:rows],
                 fb.seq_lens[:rows], fb.extend_seq_lens[:rows], meta.extend_start_loc[:rows], meta.max_len_extend,
                 layer.scaling)
-        tail = fb.batch_size - rows
+        tail = 0 if meta.tail_seq_lens is None else meta.tail_seq_lens.shape[0]
         if tail:  # one new token per row, the last `tail` tokens of q: the decode kernel over the pool
             self.kernel.decode_attention_fwd(
                 q3[-tail:], k_buf, v_buf, o[-tail:], fb.req_to_token_pool.req_to_token, meta.tail_pool_indices,
