@@ -14,7 +14,8 @@
 #   twenty-first session: ONLINE_TAG=nopace ONLINE_ENV=RADIXLM_DECODE_PACING=off online_x online ttft_trace
 #   (pacing is opt-in since the twenty-third: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online)
 #   twenty-fifth session: decode_balanced offline_trace (decode_balanced at f9ffd62, since removed) |
-#     ONLINE_TAG=mixed ONLINE_ENV="SERVER_FLAGS=--enable-mixed-chunk" online_x online
+#     ONLINE_TAG=mixed ONLINE_ENV="SERVER_FLAGS=--enable-mixed-chunk" online_x online | (twice) ONLINE_PROMPTS=60
+#     ONLINE_TAG=mixed ONLINE_ENV="SERVER_FLAGS=--enable-mixed-chunk RADIXLM_STEP_TRACE=$OUT/trace_mixed.jsonl" online_x online
 #   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online |
 #     start_method beside_test (at 7c90f38; start_method is gone since forkserver is refused on CUDA) | beside_test
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
