@@ -1,8 +1,8 @@
 """`python -m radixlm.launch_server` / `radixlm-server`: start the processes and serve HTTP.
 
 Startup: parse SGLang's flags, resolve and validate them, spawn the scheduler and
-detokenizer, serve the FastAPI app with uvicorn, send one warm-up request (unless
-`--skip-server-warmup`), then log that the server is ready. SIGTERM or SIGINT stop
+detokenizer, serve the FastAPI app with uvicorn, send one warm-up request (two with `--enable-mixed-chunk`;
+none with `--skip-server-warmup`), then log that the server is ready. SIGTERM or SIGINT stop
 uvicorn gracefully, the children are terminated, and the process exits 0.
 """
 
@@ -49,8 +49,13 @@ def base_url(server_args: ServerArgs) -> str:
     return f"http://{host}:{server_args.port}"
 
 
+WARMUP_TEXT = "The capital city of France is"
+WARMUP_TEXT_2 = "Rivers, mountains and lakes of Switzerland:"  # shares no prefix with WARMUP_TEXT: a real prefill
+
+
 def warmup(server_args: ServerArgs, server: uvicorn.Server) -> bool:
-    """Wait until uvicorn listens, then run one short generation through the HTTP path."""
+    """Wait until uvicorn listens, then run one short generation through the HTTP path (with
+    --enable-mixed-chunk, two: see `_warmup_mixed`)."""
     deadline = time.monotonic() + WARMUP_TIMEOUT_S
     while not server.started:
         if server.should_exit or time.monotonic() > deadline:
@@ -58,19 +63,41 @@ def warmup(server_args: ServerArgs, server: uvicorn.Server) -> bool:
         time.sleep(0.05)
     if server_args.skip_server_warmup:
         return True
-    body = {"text": "The capital city of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    try:
+        if server_args.enable_mixed_chunk:
+            _warmup_mixed(server_args)
+        else:
+            with _generate(server_args, max_new_tokens=4) as response:
+                response.read()
+    except Exception as exc:  # noqa: BLE001 -- any failure means the server cannot serve
+        logger.error("Warm-up request failed: %s", exc)
+        return False
+    return True
+
+
+def _warmup_mixed(server_args: ServerArgs) -> None:
+    """A second request arrives while the first decodes, so that a MIXED batch (a prefill carrying the running
+    decodes) runs before the server says it is ready: on a fresh GPU its kernels compile here, not in the first
+    users' requests (a fresh H100 stalled the first MIXED batches for 0.3-2.8 s each; RESULTS.md, twenty-fifth
+    session)."""
+    with _generate(server_args, max_new_tokens=64, stream=True, ignore_eos=True) as first:
+        first.readline()  # its first event: the prefill is done and it decodes
+        with _generate(server_args, max_new_tokens=4, text=WARMUP_TEXT_2) as second:
+            second.read()
+        first.read()
+
+
+def _generate(server_args: ServerArgs, max_new_tokens: int, stream: bool = False, ignore_eos: bool = False,
+              text: str = WARMUP_TEXT) -> Any:
+    """POST `text` to /generate (greedy); the open response."""
+    params = {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": ignore_eos}
+    body = {"text": text, "sampling_params": params, "stream": stream}
     headers = {"Content-Type": "application/json"}
     if server_args.api_key:
         headers["Authorization"] = f"Bearer {server_args.api_key}"
     request = urllib.request.Request(base_url(server_args) + "/generate", data=json.dumps(body).encode(),
                                      headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=WARMUP_TIMEOUT_S) as response:
-            response.read()
-    except Exception as exc:  # noqa: BLE001 -- any failure means the server cannot serve
-        logger.error("Warm-up request failed: %s", exc)
-        return False
-    return True
+    return urllib.request.urlopen(request, timeout=WARMUP_TIMEOUT_S)
 
 
 def _warmup_thread(server_args: ServerArgs, server: uvicorn.Server, outcome: dict) -> threading.Thread:
