@@ -30,7 +30,7 @@ import triton.language as tl
 
 from radixlm_kernel import decode_splits
 from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
-from radixlm_kernel.utils import is_fp8, next_power_of_2, pdl_args, pdl_begin
+from radixlm_kernel.utils import is_fp8, jit_any_alignment, next_power_of_2, pdl_args, pdl_begin
 
 if TYPE_CHECKING:
     from radixlm_kernel.cascade_attention import CascadePlan
@@ -142,7 +142,7 @@ if os.environ.get("RADIXLM_KERNEL_DECODE"):
         "RADIXLM_KERNEL_DECODE", os.environ["RADIXLM_KERNEL_DECODE"])
 
 
-@triton.jit
+@jit_any_alignment("req_pool_ptr", "seq_lens_ptr", "splits_ptr", "order_ptr", "pre_len_ptr", "n_pre_ptr", "loc_ptr")
 def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
                          mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
                          mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, order_ptr, pre_len_ptr, n_pre_ptr,
@@ -389,7 +389,7 @@ def _combine(num, den, mx, o_s, lse_s):
     return num * a[:, None] + o_s * c[:, None], den * a + c, mx_new
 
 
-@triton.jit
+@jit_any_alignment("seq_lens_ptr", "splits_ptr", "pre_len_ptr", "n_pre_ptr")
 def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
                          BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split,

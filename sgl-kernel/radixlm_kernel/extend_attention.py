@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from radixlm_kernel.decode_attention import _as_heads
-from radixlm_kernel.utils import next_power_of_2
+from radixlm_kernel.utils import jit_any_alignment, next_power_of_2
 
 # Tuning knobs, module-level so a sweep (benchmark/gpu_kernel_sweep.py) can set them.
 BLOCK_M = 128
@@ -50,7 +50,7 @@ def _load_pool_block(k_buf_ptr, v_buf_ptr, req_to_token_ptr, row, r2t_s0, n, n_m
     return k, v
 
 
-@triton.jit
+@jit_any_alignment("req_pool_ptr", "seq_lens_ptr", "ext_lens_ptr", "ext_start_ptr")
 def _extend_kernel(q_ptr, k_ptr, v_ptr, o_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr,
                    ext_lens_ptr, ext_start_ptr, qk_scale, q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, o_s0, o_s1,
                    kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0, group, head_dim: tl.constexpr, v_head_dim: tl.constexpr,

@@ -6,12 +6,12 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import next_power_of_2
+from radixlm_kernel.utils import jit_any_alignment, next_power_of_2
 
 _BLOCK = 1024
 
 
-@triton.jit
+@jit_any_alignment("loc_ptr")
 def _store_kv_kernel(k_buf_ptr, v_buf_ptr, loc_ptr, k_ptr, v_ptr, k_buf_stride, v_buf_stride, k_stride, v_stride,
                      k_width, v_width, BLOCK: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)

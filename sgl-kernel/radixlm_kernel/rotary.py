@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel.utils import next_power_of_2
+from radixlm_kernel.utils import jit_any_alignment, next_power_of_2
 
 
 @triton.jit
@@ -82,7 +82,7 @@ def _rotate_store_heads(x_ptr, row_stride, token, dst_ptr, dst_row, num_heads, c
         tl.store(dst + rest, tail.to(dst_ptr.dtype.element_ty), mask=rmask)
 
 
-@triton.jit
+@jit_any_alignment("pos_ptr", "loc_ptr")
 def _rotary_store_kernel(pos_ptr, loc_ptr, q_ptr, k_ptr, v_ptr, cache_ptr, kb_ptr, vb_ptr, q_stride, k_stride,
                          v_stride, cache_stride, kb_stride, vb_stride, num_q_heads, num_k_heads, head_size,
                          v_width, half, rotary_dim, IS_NEOX: tl.constexpr, BLOCK_HQ: tl.constexpr,
@@ -102,7 +102,7 @@ def _rotary_store_kernel(pos_ptr, loc_ptr, q_ptr, k_ptr, v_ptr, cache_ptr, kb_pt
     tl.store(vb_ptr + slot * vb_stride + cols, v.to(vb_ptr.dtype.element_ty), mask=cols < v_width)
 
 
-@triton.jit
+@jit_any_alignment("pos_ptr")
 def _rotary_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_stride, k_stride, cache_stride, num_q_heads, num_k_heads,
                    head_size, half, IS_NEOX: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
                    BLOCK_HALF: tl.constexpr):
