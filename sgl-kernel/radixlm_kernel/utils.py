@@ -20,6 +20,10 @@ def num_warps_for(block: int) -> int:
     return max(1, min(16, block // 256))
 
 
+# whether this Triton's `jit` takes `do_not_specialize_on_alignment` (read once, at import)
+_JIT_TAKES_ALIGNMENT = "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters
+
+
 def jit_any_alignment(*names: str) -> Callable[[Callable], Any]:
     """`triton.jit` that leaves the 16-byte alignment of the pointer arguments `names` out of the kernel's
     specialization key. For per-request index arrays (pool rows, lengths, positions, slot ids) read one element
@@ -33,7 +37,7 @@ def jit_any_alignment(*names: str) -> Callable[[Callable], Any]:
         missing = [n for n in names if n not in params]
         if missing:
             raise ValueError(f"{fn.__name__} has no arguments {missing}")
-        if "do_not_specialize_on_alignment" not in inspect.signature(triton.jit).parameters:
+        if not _JIT_TAKES_ALIGNMENT:
             return triton.jit(fn)
         return triton.jit(fn, do_not_specialize_on_alignment=[params.index(n) for n in names])
     return decorate
