@@ -71,7 +71,7 @@ def workload_a(num: int, vocab: int, seed: int) -> Workload:
 def workload_b(num: int, vocab: int, seed: int, output_len: int = 32) -> Workload:
     rng = random.Random(seed + 1)
     system = _ids(rng, 1000, vocab)
-    return Workload("b: 1000 shared + 20-60 in, 32 out",
+    return Workload(f"b: 1000 shared + 20-60 in, {output_len} out",
                     [system + _ids(rng, rng.randint(20, 60), vocab) for _ in range(num)], [output_len] * num)
 
 
@@ -82,6 +82,26 @@ def workload_dataset(args: argparse.Namespace, tokenizer: object) -> Workload:
     config = DatasetConfig(**{k: v for k, v in vars(args).items() if k in fields})
     rows = get_dataset(config, tokenizer)
     return Workload(f"{config.dataset_name} x{len(rows)}", [r.prompt_ids for r in rows], [r.output_len for r in rows])
+
+
+def warm_up(engine: object, work: Workload, num_requests: int, max_new_tokens: int = 4) -> None:
+    """The workload's first requests with a few output tokens, untimed: on a fresh GPU the kernels that
+    only this workload's batches use (a prefill over a cached prefix, the shared-prefix decode grouping of
+    16 or more requests) compile here, not in the timed run. `run_engine` then flushes the cache."""
+    if num_requests <= 0:
+        return
+    params = [{"max_new_tokens": min(n, max_new_tokens), "temperature": 0, "ignore_eos": True}
+              for n in work.output_lens[:num_requests]]
+    engine.generate(input_ids=work.prompts[:num_requests], sampling_params=params)
+
+
+def stats_since(before: dict, after: dict) -> dict:
+    """The scheduler's counters (`SchedulerStats`) over one timed run: the cumulative ones subtracted,
+    the maxima as they stand after it (a warm-up's batches are smaller than the run's)."""
+    from radixlm.managers.scheduler_stats import SchedulerStats
+
+    counters = {f.name for f in dataclasses.fields(SchedulerStats) if not f.name.startswith(("_", "max_"))}
+    return {k: after[k] - before[k] if k in counters and k in before else v for k, v in after.items()}
 
 
 def run_engine(engine: object, work: Workload) -> Result:
@@ -116,9 +136,8 @@ def run_hf(model: object, work: Workload, batch_size: int, pad_id: int) -> Resul
                   out_tokens, None)
 
 
-def print_step_profile(info: dict) -> None:
-    """Where the scheduler's wall time went (cumulative over the Engine's life, warm-up included)."""
-    st = info.get("scheduler_stats", info)
+def print_step_profile(st: dict) -> None:
+    """Where the scheduler's wall time went in one timed run (`stats_since`)."""
     dec, pre = st.get("decode_steps", 0), st.get("prefill_steps", 0)
     if not dec and not pre:
         return
@@ -164,6 +183,9 @@ def main() -> None:
     parser.add_argument("--skip-hf", action="store_true", help="do not run the HF generate baseline")
     parser.add_argument("--hf-batch-size", type=int, default=64)
     parser.add_argument("--shared-output-len", type=int, default=32, help="output tokens per request in b")
+    parser.add_argument("--warmup-requests", type=int, default=16,
+                        help="untimed warm-up before each workload: its first N requests, 4 output tokens each "
+                             "(0: none)")
     add_dataset_args(parser)
     ServerArgs.add_cli_args(parser)
     parser.set_defaults(num_prompts=None, log_level="warning")
@@ -189,11 +211,12 @@ def main() -> None:
     results: list[Result] = []
     with radixlm.Engine(**{k: v for k, v in dataclasses.asdict(server_args).items() if k != "model_path"},
                         model_path=server_args.model_path) as engine:
-        engine.generate(input_ids=works[0].prompts[0][:16], sampling_params={"max_new_tokens": 2})  # warm up
         for work in works:
+            warm_up(engine, work, args.warmup_requests)
+            before = engine.get_server_info()
             results.append(run_engine(engine, work))
             print(results[-1].row(), flush=True)
-            print_step_profile(engine.get_server_info())
+            print_step_profile(stats_since(before, engine.get_server_info()))
     if not args.skip_hf and server_args.load_format != "dummy":
         import torch
         from transformers import AutoModelForCausalLM

@@ -1,0 +1,46 @@
+"""benchmark/bench_offline_throughput.py's warm-up and its per-run step profile, on a real Engine (tiny random
+Llama on the CPU): the warm-up runs the workload's first requests untimed, and the timed run's counters
+exclude it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import radixlm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmark.*`
+
+from benchmark import bench_offline_throughput as bench  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+NUM, OUT = 16, 8
+
+
+def test_stats_since_subtracts_counters_and_keeps_maxima_and_settings() -> None:
+    before = {"decode_steps": 3, "generated_tokens": 64, "max_decode_batch_size": 16, "max_total_tokens": 4096}
+    after = {"decode_steps": 10, "generated_tokens": 192, "max_decode_batch_size": 16, "max_total_tokens": 4096}
+    assert bench.stats_since(before, after) == {"decode_steps": 7, "generated_tokens": 128,
+                                                "max_decode_batch_size": 16, "max_total_tokens": 4096}
+
+
+def test_warm_up_is_untimed_and_left_out_of_the_run(tmp_path: Path, smollm2_dir: str,
+                                                     tiny_llama_maker: Callable) -> None:
+    model = tiny_llama_maker(tmp_path / "tiny", smollm2_dir, vocab_size=1024, max_position_embeddings=2048,
+                             bos_token_id=None, eos_token_id=None)
+    work = bench.workload_b(NUM, 1024, seed=0, output_len=OUT)
+    with radixlm.Engine(model_path=model, max_total_tokens=8192, log_level="warning") as engine:
+        bench.warm_up(engine, work, NUM)
+        before = engine.get_server_info()
+        assert before["generated_tokens"] == NUM * 4  # the warm-up's requests, capped at 4 tokens each
+        result = bench.run_engine(engine, work)
+        run = bench.stats_since(before, engine.get_server_info())
+        assert engine.get_server_info()["memory_leak"] is False
+    assert result.output_tokens == NUM * OUT == run["generated_tokens"]
+    assert run["num_finished"] == NUM and run["decode_batch_size_sum"] == NUM * (OUT - 1)
+    # the run flushed the warm-up's cache: its first request computes the shared system prompt again
+    assert run["prefill_new_tokens"] > 1000 and 0 < result.cache_hit_rate < 1
