@@ -20,6 +20,9 @@
 #     RADIXLM_STEP_TRACE=$OUT/trace_mixed.jsonl" online_x online | parity one_batch_small shared_prefix | offline_ci |
 #     (twice, tags m1 m2) ONLINE_PROMPTS=30 ONLINE_TAG=m1 ONLINE_ENV="SERVER_FLAGS=--enable-mixed-chunk ..." online_x |
 #     (fresh machine, a one-off sitecustomize logging Triton's compiles on PYTHONPATH) ONLINE_PROMPTS=14 ... online_x
+#   twenty-eighth session (H200; DIAG_TRITON_LOG is a one-off compile logger kept outside the repo): (with it)
+#     ONLINE_PROMPTS=60 ONLINE_TAG=mixed ONLINE_ENV="SERVER_FLAGS=--enable-mixed-chunk RADIXLM_STEP_TRACE=..." online_x
+#     online | offline_ci online one_batch_small parity | shared_prefix kernels | (with it) shared_prefix_radix (twice)
 #   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online |
 #     start_method beside_test (at 7c90f38; start_method is gone since forkserver is refused on CUDA) | beside_test
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
