@@ -84,14 +84,18 @@ def workload_dataset(args: argparse.Namespace, tokenizer: object) -> Workload:
     return Workload(f"{config.dataset_name} x{len(rows)}", [r.prompt_ids for r in rows], [r.output_len for r in rows])
 
 
+def greedy(max_new_tokens: int) -> dict:
+    """Sampling params of every benchmarked request: greedy, exactly `max_new_tokens` tokens."""
+    return {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}
+
+
 def warm_up(engine: object, work: Workload, num_requests: int, max_new_tokens: int = 4) -> None:
     """The workload's first requests with a few output tokens, untimed: on a fresh GPU the kernels that
     only this workload's batches use (a prefill over a cached prefix, the shared-prefix decode grouping of
     16 or more requests) compile here, not in the timed run. `run_engine` then flushes the cache."""
     if num_requests <= 0:
         return
-    params = [{"max_new_tokens": min(n, max_new_tokens), "temperature": 0, "ignore_eos": True}
-              for n in work.output_lens[:num_requests]]
+    params = [greedy(min(n, max_new_tokens)) for n in work.output_lens[:num_requests]]
     engine.generate(input_ids=work.prompts[:num_requests], sampling_params=params)
 
 
@@ -106,7 +110,7 @@ def stats_since(before: dict, after: dict) -> dict:
 
 def run_engine(engine: object, work: Workload) -> Result:
     assert engine.flush_cache()
-    params = [{"max_new_tokens": n, "temperature": 0, "ignore_eos": True} for n in work.output_lens]
+    params = [greedy(n) for n in work.output_lens]
     start = time.perf_counter()
     outs = engine.generate(input_ids=work.prompts, sampling_params=params)
     seconds = time.perf_counter() - start
