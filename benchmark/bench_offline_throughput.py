@@ -194,6 +194,8 @@ def main() -> None:
     ServerArgs.add_cli_args(parser)
     parser.set_defaults(num_prompts=None, log_level="warning")
     args = parser.parse_args()
+    if args.warmup_requests < 0:
+        parser.error(f"--warmup-requests must be >= 0, got {args.warmup_requests}")
     workload = args.workload or ("dataset" if any(a.startswith("--dataset") for a in sys.argv[1:]) else "ab")
     server_args = ServerArgs.from_cli_args(args).resolved()
 
