@@ -152,6 +152,13 @@ def print_step_profile(st: dict) -> None:
           f"{st['prefill_new_tokens'] / max(1e-9, st['prefill_wall_s']):.0f} tok/s); "
           f"retractions {st.get('num_retractions', 0)}; prefills beside decode {st.get('prefills_beside_decode', 0)}",
           flush=True)
+    mem = st.get("memory") or {}
+    if mem.get("peak_reserved_gib") is not None:
+        print(f"memory: {mem['device_total_gib']:.1f} GiB device, mem_fraction_static {mem['mem_fraction_static']}; "
+              f"weights {mem['weights_gib']:.2f}, KV pool {mem['kv_cache_gib']:.2f} ({st['max_total_num_tokens']} "
+              f"tokens), request table {mem['req_to_token_gib']:.2f}; allocator peak {mem['peak_reserved_gib']:.2f} "
+              f"GiB, of which other (activations, graphs, sampling) {mem['peak_other_gib']:.2f}; free on the device "
+              f"{mem['device_free_gib']:.2f}", flush=True)
 
 
 def print_table(results: list[Result], args: argparse.Namespace, server_args: ServerArgs) -> None:

@@ -276,6 +276,7 @@ class Scheduler:
             new_token_ratio=round(self.planner.new_token_ratio, 4),
             memory_leak=self.kv.memory_leak, memory_leak_message=self.kv.leak_message,
             available_tokens=self.kv.allocator.available_size(), evictable_tokens=self.tree_cache.evictable_size(),
+            memory=self.model_runner.memory_report().as_dict(),
         )
         return stats
 

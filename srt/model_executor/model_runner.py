@@ -20,6 +20,7 @@ from radixlm.mem_cache.allocator import TokenToKVPoolAllocator
 from radixlm.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from radixlm.model_executor.forward_batch import ForwardBatch
 from radixlm.model_executor.forward_output import ForwardOutput
+from radixlm.model_executor.memory_report import MemoryReport, memory_report
 from radixlm.sampling.sampler import Sampler
 from radixlm.server_args import ServerArgs
 
@@ -58,6 +59,7 @@ class ModelRunner:
         self.attn_backend = create_attention_backend(server_args.attention_backend, self)
         self.sampler = Sampler()
         self.cuda_graph_runner = self.init_cuda_graphs()
+        logger.info("device memory after startup: %s", self.memory_report().as_dict())
 
     def init_cuda_graphs(self) -> Optional["CudaGraphRunner"]:
         """Capture decode graphs on CUDA unless disabled (the torch_native backend cannot be captured)."""
@@ -93,6 +95,11 @@ class ModelRunner:
             raise RuntimeError(f"no GPU memory left for the KV cache: {free / 2**30:.1f} GiB free of "
                                f"{total / 2**30:.1f} GiB after weights; raise --mem-fraction-static")
         return int(budget) // per_token
+
+    def memory_report(self) -> MemoryReport:
+        pool = self.token_to_kv_pool
+        return memory_report(self.model, pool.k_buffer + pool.v_buffer, self.req_to_token_pool.req_to_token,
+                             self.device, self.server_args.mem_fraction_static)
 
     def init_memory_pool(self) -> None:
         max_tokens = all_reduce_min_int(self.profile_max_num_tokens())
