@@ -38,6 +38,20 @@ def test_pool_sizes_follow_flags_and_cpu_defaults(tiny_dir: str) -> None:
     assert capped.max_running_requests == 10  # never more requests than KV slots
 
 
+def test_memory_report_counts_weights_pool_and_table(tiny_dir: str) -> None:
+    runner = make_runner(tiny_dir, max_total_tokens=1000, max_running_requests=8)
+    report = runner.memory_report()
+    # tiny Llama in fp32: embed + lm_head untied (2 * 512 * 64), 2 layers of attention, MLP and norms, final norm
+    per_layer = 64 * 64 * 2 + 64 * 32 * 2 + 64 * 128 * 3 + 64 * 2
+    params = 2 * 512 * 64 + 2 * per_layer + 64
+    assert report.weights_gib * 2**30 >= params * 4  # plus buffers (the rotary cache)
+    # K and V, 2 layers, 1001 slots (slot 0 is the padding sink), 2 KV heads of 16, fp32
+    assert report.kv_cache_gib * 2**30 == 2 * 2 * 1001 * 2 * 16 * 4
+    assert report.req_to_token_gib * 2**30 == 8 * runner.req_to_token_pool.req_to_token.shape[1] * 4
+    assert report.peak_reserved_gib is None and report.device_total_gib is None  # CUDA-only fields
+    assert set(report.as_dict()) >= {"weights_gib", "kv_cache_gib", "peak_other_gib"}
+
+
 def test_logprobs_match_log_softmax_of_hf_logits(tiny_dir: str) -> None:
     runner = make_runner(tiny_dir, max_total_tokens=2048)
     hf = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
