@@ -28,6 +28,19 @@ def test_stats_since_subtracts_counters_and_keeps_maxima_and_settings() -> None:
                                                 "max_decode_batch_size": 16, "max_total_tokens": 4096}
 
 
+def test_memory_line_only_where_the_device_reports_a_peak(capsys: pytest.CaptureFixture) -> None:
+    run = {"decode_steps": 2, "prefill_steps": 1, "decode_wall_s": 0.5, "decode_batch_size_sum": 4,
+           "max_decode_batch_size": 2, "prefill_wall_s": 0.1, "prefill_new_tokens": 100, "max_total_num_tokens": 900}
+    bench.print_step_profile({**run, "memory": {"weights_gib": 0.5, "peak_reserved_gib": None}})
+    assert "memory:" not in capsys.readouterr().out  # the CPU: no allocator peak to report
+    cuda = {"device_total_gib": 139.8, "mem_fraction_static": 0.88, "weights_gib": 14.96, "kv_cache_gib": 107.4,
+            "req_to_token_gib": 1.0, "peak_reserved_gib": 126.4, "peak_other_gib": 3.04, "device_free_gib": 12.5}
+    bench.print_step_profile({**run, "memory": cuda})
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("memory: 139.8 GiB device") and "KV pool 107.40 (900 tokens)" in line
+    assert "other (activations, graphs, sampling) 3.04; free on the device 12.50" in line
+
+
 def test_warm_up_is_untimed_and_left_out_of_the_run(tmp_path: Path, smollm2_dir: str,
                                                      tiny_llama_maker: Callable) -> None:
     model = tiny_llama_maker(tmp_path / "tiny", smollm2_dir, vocab_size=1024, max_position_embeddings=2048,
