@@ -26,6 +26,8 @@ _GOLDEN = _signed64(0x9E3779B97F4A7C15)
 _MIX1 = _signed64(0xBF58476D1CE4E5B9)
 _MIX2 = _signed64(0x94D049BB133111EB)
 _TINY = torch.finfo(torch.float32).tiny
+# rows x vocab elements sampled in one pass (2**25: 261 rows at a 128k vocabulary, ~2 GB of temporaries)
+SAMPLE_SLICE_ELEMENTS = 1 << 25
 
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -116,12 +118,23 @@ class Sampler(nn.Module):
         greedy = greedy_ids if greedy_ids is not None else greedy_argmax(logits)
         if info.is_all_greedy:
             return greedy
-        temps = info.temperatures.view(-1, 1)
-        probs = torch.softmax(logits / torch.where(temps > 0, temps, 1.0), dim=-1)
-        probs = filter_probs(probs, info)
-        # u can round to exactly 1.0 in float32 (-log(u) == 0): clamp, or a zero-probability
-        # token (masked, filtered) would score 0/0 = NaN, which argmax picks
-        exp_noise = (-torch.log(uniform_noise(info.seeds, info.steps, probs.shape[-1]))).clamp_min_(_TINY)
-        race = probs / exp_noise
-        sampled = greedy_argmax(race)
-        return torch.where(temps.view(-1) > 0, sampled, greedy)
+        rows = max(1, SAMPLE_SLICE_ELEMENTS // max(1, logits.shape[-1]))
+        if logits.shape[0] <= rows:
+            return sample_rows(logits, info, greedy)
+        # a slice at a time: the draw's [rows, vocab] temporaries (~60 bytes per element in all) stay bounded
+        # at any batch size; every row's draw is its own, so the slices give the same tokens as one pass
+        return torch.cat([sample_rows(logits[i:i + rows], info.rows(i, i + rows), greedy[i:i + rows])
+                          for i in range(0, logits.shape[0], rows)])
+
+
+def sample_rows(logits: torch.Tensor, info: SamplingBatchInfo, greedy: torch.Tensor) -> torch.Tensor:
+    """Temperature, top-k / top-p / min-p, then the seeded exponential race; greedy rows keep `greedy`."""
+    temps = info.temperatures.view(-1, 1)
+    probs = torch.softmax(logits / torch.where(temps > 0, temps, 1.0), dim=-1)
+    probs = filter_probs(probs, info)
+    # u can round to exactly 1.0 in float32 (-log(u) == 0): clamp, or a zero-probability
+    # token (masked, filtered) would score 0/0 = NaN, which argmax picks
+    exp_noise = (-torch.log(uniform_noise(info.seeds, info.steps, probs.shape[-1]))).clamp_min_(_TINY)
+    race = probs / exp_noise
+    sampled = greedy_argmax(race)
+    return torch.where(temps.view(-1) > 0, sampled, greedy)

@@ -45,6 +45,15 @@ class SamplingBatchInfo:
         """True when more than `steps` depends on the tokens so far (grammar masks, penalty counts)."""
         return self.vocab_bitmask is not None or self.vocab_mask is not None or self.output_token_counts is not None
 
+    def rows(self, start: int, end: int) -> "SamplingBatchInfo":
+        """The per-row draw parameters of rows [start, end) (temperature, filters, seed, step), for sampling
+        a large batch in slices; penalties and masks are left out: the sampler applies them first."""
+        return SamplingBatchInfo(
+            temperatures=self.temperatures[start:end], top_ps=self.top_ps[start:end], top_ks=self.top_ks[start:end],
+            min_ps=self.min_ps[start:end], seeds=self.seeds[start:end], steps=self.steps[start:end],
+            is_all_greedy=self.is_all_greedy, need_top_p_sampling=self.need_top_p_sampling,
+            need_top_k_sampling=self.need_top_k_sampling, need_min_p_sampling=self.need_min_p_sampling)
+
     def next_step(self) -> "SamplingBatchInfo":
         """The same rows one token later; a new object, so a batch in flight keeps its own `steps`."""
         info = copy.copy(self)

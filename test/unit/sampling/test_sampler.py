@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from radixlm.sampling import sampler as sampler_module
 from radixlm.sampling.sampler import Sampler, filter_probs, uniform_noise
 from radixlm.sampling.sampling_batch_info import SamplingBatchInfo
 
@@ -110,3 +112,21 @@ def test_penalties_change_greedy_choice() -> None:
     for name, value in (("frequency_penalties", 0.1), ("presence_penalties", 0.5), ("repetition_penalties", 1.2)):
         batch = info(1, 3, temperature=0.0, output_token_counts=counts, **{name: torch.tensor([[value]])})
         assert Sampler()(logits, batch).item() == 1, name
+
+
+def test_large_batches_are_sampled_in_slices_with_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above SAMPLE_SLICE_ELEMENTS the draw runs a slice of rows at a time (bounded temporaries at any batch
+    size); each row's token is a function of its own logits, parameters, seed and step, so it cannot change."""
+    bs, vocab = 37, 200
+    logits = torch.randn(bs, vocab)
+    batch = info(bs, vocab, temperature=0.9, top_k=50, top_p=0.9, min_p=0.01)
+    batch.seeds = torch.arange(bs, dtype=torch.int64) * 1000 + 3
+    batch.steps = torch.arange(bs, dtype=torch.int64) % 5
+    batch.temperatures[::4] = 0.0  # greedy rows spread over every slice
+    batch.top_ps[1::3] = 0.5
+    whole = Sampler()(logits, batch)
+    monkeypatch.setattr(sampler_module, "SAMPLE_SLICE_ELEMENTS", 8 * vocab)  # slices of 8 rows, the last of 5
+    sliced = Sampler()(logits, batch)
+    assert torch.equal(sliced, whole)
+    assert torch.equal(whole[::4], logits[::4].argmax(-1))
+    assert len(set(whole[1::4].tolist())) > 1 and not torch.equal(whole, logits.argmax(-1))  # a real draw
