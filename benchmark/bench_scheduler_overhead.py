@@ -24,6 +24,7 @@ from pathlib import Path
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
+    sys.path.insert(0, str(_REPO_ROOT))
 
 import argparse  # noqa: E402
 import os  # noqa: E402
@@ -35,36 +36,14 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 from radixlm.managers.io_struct import TokenizedGenerateReqInput  # noqa: E402
-from radixlm.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
-from radixlm.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
-from radixlm.model_executor.forward_output import ForwardOutput  # noqa: E402
 from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.sampling.sampling_params import SamplingParams  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
+from benchmark.stand_in import StandInModelRunner, stand_ins  # noqa: E402
+
 PROMPT_LEN = 64
-STAND_IN_TOKEN = 1234  # not an EOS id; requests also ignore_eos
 MAX_NEW = 1000  # no request finishes during the measurement (iters < MAX_NEW - warm-up)
-
-
-class StandInModelRunner:
-    """Real pools and config; `forward` sleeps `latency_s` instead of running the model."""
-
-    latency_s = 0.005
-
-    def __init__(self, server_args: ServerArgs, tp_rank: int = 0, tp_size: int = 1, gpu_id: int = 0) -> None:
-        from radixlm.model_loader.model_config import ModelConfig
-
-        self.model_config = ModelConfig.from_server_args(server_args)
-        self.device = torch.device("cpu")
-        self.max_total_num_tokens = server_args.max_total_tokens
-        self.max_running_requests = server_args.max_running_requests
-        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, PROMPT_LEN + MAX_NEW + 8, self.device)
-        self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens, self.device)
-
-    def forward(self, forward_batch: Any) -> ForwardOutput:
-        time.sleep(self.latency_s)
-        return ForwardOutput(next_token_ids=torch.full((forward_batch.batch_size,), STAND_IN_TOKEN))
 
 
 class StandInIO:
@@ -83,14 +62,13 @@ class StandInIO:
 
 
 def make_scheduler(num_reqs: int) -> Any:
-    import radixlm.managers.scheduler as scheduler_module
-    import radixlm.model_executor.model_runner as model_runner_module
+    from radixlm.managers.scheduler import Scheduler
 
-    model_runner_module.ModelRunner = StandInModelRunner  # Scheduler imports it at construction
-    scheduler_module.SchedulerIO = StandInIO
+    StandInModelRunner.context_len = PROMPT_LEN + MAX_NEW
     args = ServerArgs(max_total_tokens=num_reqs * (PROMPT_LEN + MAX_NEW) + 1024, max_running_requests=num_reqs,
                       disable_overlap_schedule=True, log_level="warning").resolved()
-    return scheduler_module.Scheduler(args, port_args=None)
+    with stand_ins(StandInIO):
+        return Scheduler(args, port_args=None)
 
 
 def fill_running(scheduler: Any, num_reqs: int, stream: bool) -> None:
@@ -162,7 +140,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="measure each point this many times; report the median")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    StandInModelRunner.latency_s = args.forward_latency_ms / 1e3
+    StandInModelRunner.latency_s = args.forward_latency_ms / 1e3  # the stand-in forward sleeps this long
     if args.profile:
         import cProfile
         import pstats

@@ -28,58 +28,17 @@ if __name__ == "__main__":
 
 import argparse  # noqa: E402
 import time  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from typing import Any, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
-import torch  # noqa: E402
-
-from radixlm.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
-from radixlm.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
-from radixlm.model_executor.forward_output import ForwardOutput  # noqa: E402
-from radixlm.model_executor.memory_report import MemoryReport  # noqa: E402
 from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
-STAND_IN_TOKEN = 1234
+from benchmark.stand_in import StandInModelRunner, stand_ins  # noqa: E402
+
 # the CUDA defaults this simulates (`ServerArgs.resolved` on a GPU, `ModelRunner.init_memory_pool`)
 CUDA_CHUNKED_PREFILL = 8192
 CUDA_MAX_RUNNING_CAP = 2048
-
-
-class StandInModelRunner:
-    """Real pools of the given size (no KV tensors); `forward` returns a constant token at once."""
-
-    context_len = 8192
-
-    def __init__(self, server_args: ServerArgs, tp_rank: int = 0, tp_size: int = 1, gpu_id: int = 0) -> None:
-        from radixlm.model_loader.model_config import ModelConfig
-
-        self.model_config = ModelConfig.from_server_args(server_args)
-        self.device = torch.device("cpu")
-        self.max_total_num_tokens = server_args.max_total_tokens
-        self.max_running_requests = server_args.max_running_requests
-        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len + 8, self.device)
-        self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens, self.device)
-
-    def forward(self, forward_batch: Any) -> ForwardOutput:
-        return ForwardOutput(next_token_ids=torch.full((forward_batch.batch_size,), STAND_IN_TOKEN))
-
-    def memory_report(self) -> MemoryReport:
-        return MemoryReport(0.0, 0.0, 0.0)  # nothing on a device
-
-
-class SilentIO:
-    def __init__(self, port_args: Any, tp_rank: int) -> None:
-        pass
-
-    def recv_requests(self, block: bool = False) -> list[Any]:
-        return []
-
-    def send_to_detokenizer(self, msg: Any) -> None:
-        pass
-
-    send_to_tokenizer = send_to_detokenizer
 
 
 @dataclass(frozen=True)
@@ -97,21 +56,6 @@ class SimResult:
     @property
     def mean_batch(self) -> float:
         return self.decode_rows / max(1, self.decode_steps)
-
-
-@contextmanager
-def stand_ins() -> Iterator[None]:
-    """The Scheduler builds its ModelRunner and IO from these module names at construction: swap them in
-    for the construction only, so the rest of the process keeps the real ones."""
-    import radixlm.managers.scheduler as scheduler_module
-    import radixlm.model_executor.model_runner as model_runner_module
-
-    saved = model_runner_module.ModelRunner, scheduler_module.SchedulerIO
-    model_runner_module.ModelRunner, scheduler_module.SchedulerIO = StandInModelRunner, SilentIO
-    try:
-        yield
-    finally:
-        model_runner_module.ModelRunner, scheduler_module.SchedulerIO = saved
 
 
 def make_scheduler(model_path: str, capacity: int, policy: str) -> Any:

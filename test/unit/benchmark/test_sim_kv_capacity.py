@@ -1,4 +1,5 @@
-"""benchmark/sim_kv_capacity.py: the real scheduler over a workload with a stand-in model, at two pool sizes."""
+"""benchmark/sim_kv_capacity.py: the real scheduler over a workload with a stand-in model (benchmark/stand_in.py),
+at two pool sizes; the stand-ins are swapped in for one construction only."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `benchmark.*`
 
 from benchmark import sim_kv_capacity as sim  # noqa: E402
+from benchmark import stand_in  # noqa: E402
 
 import radixlm.managers.scheduler as scheduler_module  # noqa: E402
 import radixlm.model_executor.model_runner as model_runner_module  # noqa: E402
@@ -35,6 +37,7 @@ def test_ample_pool_runs_everything_at_once_and_a_tight_one_takes_more_steps(smo
 
 def test_stand_ins_are_swapped_back() -> None:
     real = model_runner_module.ModelRunner, scheduler_module.SchedulerIO
-    with sim.stand_ins():
-        assert model_runner_module.ModelRunner is sim.StandInModelRunner
+    with stand_in.stand_ins():
+        assert model_runner_module.ModelRunner is stand_in.StandInModelRunner
+        assert scheduler_module.SchedulerIO is stand_in.SilentIO
     assert (model_runner_module.ModelRunner, scheduler_module.SchedulerIO) == real
