@@ -1,9 +1,10 @@
 """Where one rank's device memory went: weights, the KV pool, and the peak of everything else.
 
 `--mem-fraction-static` keeps `1 - fraction` of the device for activations, CUDA graphs and the
-request table; `peak_other_gib` is how much of that a run actually used (the allocator's peak
-reservation less the weights and the pool), so a run can show how much headroom the fraction left.
-The scheduler reports it in `get_server_info` under `memory`.
+request table; `peak_other_gib` is how much of that a run actually used beside the table (the
+allocator's peak reservation less the weights, with their buffers, the pool and the table), so a run
+can show how much headroom the fraction left. Rank 0's scheduler reports it in `get_server_info`
+under `memory`.
 """
 
 from __future__ import annotations
