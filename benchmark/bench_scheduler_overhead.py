@@ -40,32 +40,27 @@ from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.sampling.sampling_params import SamplingParams  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
-from benchmark.stand_in import StandInModelRunner, stand_ins  # noqa: E402
+from benchmark.stand_in import SilentIO, StandInModelRunner, stand_ins  # noqa: E402
 
 PROMPT_LEN = 64
 MAX_NEW = 1000  # no request finishes during the measurement (iters < MAX_NEW - warm-up)
 
 
-class StandInIO:
+class StandInIO(SilentIO):
     """No sockets: nothing arrives; outgoing messages are pickled (what send_pyobj costs) and dropped."""
 
     def __init__(self, port_args: Any, tp_rank: int) -> None:
         self.sent_bytes = 0
 
-    def recv_requests(self, block: bool = False) -> list[Any]:
-        return []
-
     def send_to_detokenizer(self, msg: Any) -> None:
         self.sent_bytes += len(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-
-    send_to_tokenizer = send_to_detokenizer
 
 
 def make_scheduler(num_reqs: int) -> Any:
     from radixlm.managers.scheduler import Scheduler
 
-    StandInModelRunner.context_len = PROMPT_LEN + MAX_NEW
     args = ServerArgs(max_total_tokens=num_reqs * (PROMPT_LEN + MAX_NEW) + 1024, max_running_requests=num_reqs,
+                      context_length=PROMPT_LEN + MAX_NEW + 8,
                       disable_overlap_schedule=True, log_level="warning").resolved()
     with stand_ins(StandInIO):
         return Scheduler(args, port_args=None)

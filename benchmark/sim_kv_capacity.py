@@ -34,7 +34,7 @@ from typing import Any  # noqa: E402
 from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
-from benchmark.stand_in import StandInModelRunner, stand_ins  # noqa: E402
+from benchmark.stand_in import stand_ins  # noqa: E402
 
 # the CUDA defaults this simulates (`ServerArgs.resolved` on a GPU, `ModelRunner.init_memory_pool`)
 CUDA_CHUNKED_PREFILL = 8192
@@ -58,10 +58,10 @@ class SimResult:
         return self.decode_rows / max(1, self.decode_steps)
 
 
-def make_scheduler(model_path: str, capacity: int, policy: str) -> Any:
+def make_scheduler(model_path: str, capacity: int, policy: str, context_length: int) -> Any:
     from radixlm.managers.scheduler import Scheduler
 
-    args = ServerArgs(model_path=model_path, device="cpu", max_total_tokens=capacity,
+    args = ServerArgs(model_path=model_path, device="cpu", max_total_tokens=capacity, context_length=context_length,
                       max_running_requests=min(CUDA_MAX_RUNNING_CAP, capacity),
                       chunked_prefill_size=CUDA_CHUNKED_PREFILL, schedule_policy=policy,
                       disable_overlap_schedule=True, log_level="warning").resolved()
@@ -74,8 +74,8 @@ def simulate(model_path: str, prompts: list[list[int]], output_lens: list[int], 
     from radixlm.managers.io_struct import TokenizedGenerateReqInput
     from radixlm.sampling.sampling_params import SamplingParams
 
-    StandInModelRunner.context_len = max(len(p) + n for p, n in zip(prompts, output_lens))
-    scheduler = make_scheduler(model_path, capacity, policy)
+    longest = max(len(p) + n for p, n in zip(prompts, output_lens))
+    scheduler = make_scheduler(model_path, capacity, policy, longest)
     start = time.perf_counter()
     for i, (ids, n) in enumerate(zip(prompts, output_lens)):
         params = SamplingParams(max_new_tokens=n, temperature=0, ignore_eos=True).normalize()

@@ -21,10 +21,10 @@ STAND_IN_TOKEN = 1234  # not an EOS id; the requests also ignore_eos
 
 class StandInModelRunner:
     """Real pools (no KV tensors) and config; `forward` sleeps `latency_s` (0: none) and returns
-    `STAND_IN_TOKEN` for every row. Requests may hold up to `context_len` tokens."""
+    `STAND_IN_TOKEN` for every row. The request table is as wide as the model's context
+    (`--context-length` narrows it, as for the real runner)."""
 
     latency_s = 0.0
-    context_len = 8192
 
     def __init__(self, server_args: ServerArgs, tp_rank: int = 0, tp_size: int = 1, gpu_id: int = 0) -> None:
         from radixlm.model_loader.model_config import ModelConfig
@@ -33,7 +33,8 @@ class StandInModelRunner:
         self.device = torch.device("cpu")
         self.max_total_num_tokens = server_args.max_total_tokens
         self.max_running_requests = server_args.max_running_requests
-        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len + 8, self.device)
+        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.model_config.context_len + 4,
+                                               self.device)
         self.token_to_kv_pool_allocator = TokenToKVPoolAllocator(self.max_total_num_tokens, self.device)
 
     def forward(self, forward_batch: Any) -> ForwardOutput:
