@@ -41,14 +41,12 @@ def memory_report(model: torch.nn.Module, kv_buffers: list[torch.Tensor], req_to
                   device: torch.device, mem_fraction_static: Optional[float]) -> MemoryReport:
     weights = tensor_bytes(model.parameters()) + tensor_bytes(model.buffers())
     kv, table = tensor_bytes(kv_buffers), tensor_bytes([req_to_token])
-    base = MemoryReport(weights / GIB, kv / GIB, table / GIB)
     if device.type != "cuda":
-        return base
+        return MemoryReport(weights / GIB, kv / GIB, table / GIB)
     peak = torch.cuda.max_memory_reserved(device)
     free, total = torch.cuda.mem_get_info(device)
     return MemoryReport(
-        base.weights_gib, base.kv_cache_gib, base.req_to_token_gib,
-        device_total_gib=total / GIB, device_free_gib=free / GIB,
+        weights / GIB, kv / GIB, table / GIB, device_total_gib=total / GIB, device_free_gib=free / GIB,
         mem_fraction_static=mem_fraction_static,
         reserved_gib=torch.cuda.memory_reserved(device) / GIB, peak_reserved_gib=peak / GIB,
         peak_other_gib=(peak - weights - kv - table) / GIB)
