@@ -81,6 +81,7 @@ class OverlapLoop:
         self.watch_arrivals = self.beside and self.worker.device is not None and scheduler.server_args.tp_size == 1
         self.pacer = _pacer(self.beside and scheduler.server_args.tp_size == 1, self.watch_arrivals)
         self.paced_launch = False  # the decode launched last had a pacing deadline
+        self.freed_retry_at: Optional[tuple[int, ...]] = None  # _admission_signature() of the last _lag_for_frees
 
     def run(self) -> None:
         s = self.s
@@ -89,7 +90,8 @@ class OverlapLoop:
             if self.in_flight is not None and not self._can_lag():
                 if self._prefill_beside():
                     continue  # the decode in flight keeps its place; the next step decides again
-                self.drain()
+                if not self._lag_for_frees():
+                    self.drain()
             elif self.in_flight is not None and self._hold_for_arrival():
                 continue  # a message came before the next decode's launch: the next step sees it first
             tried_admission = self.in_flight is None
@@ -172,6 +174,20 @@ class OverlapLoop:
         if self.pacer is not None:
             self.pacer.reset()  # the decode in flight shares the device with the prefill: its end says nothing
         self._process(flight, keep_deferred_for=newest or self.in_flight)
+        return True
+
+    def _lag_for_frees(self) -> bool:
+        """A prefill beside the decode failed while releases wait on the decode in flight (requests that
+        finished in the batch before it, whose rows it still reads): lag one more decode instead of
+        draining, so those releases land before the next try and its prefill runs beside a decode rather
+        than on an idle device after the drain. Once per admission signature: a second failure drains."""
+        signature = self._admission_signature()
+        if not (self.beside and self.in_flight.deferred and self.freed_retry_at != signature):
+            return False
+        if self.s.planner.abort_pending or self._rows_need_current_tokens() or not self._kv_room():
+            return False
+        self.freed_retry_at = signature
+        self.s.stats.lagged_for_frees += 1
         return True
 
     def _arrival_before_done(self, flight: InFlight) -> bool:

@@ -33,6 +33,7 @@ class SchedulerStats:
     overlapped_steps: int = 0  # decode batches launched before the previous batch's results were processed
     overlapped_steps_with_queue: int = 0  # of which while requests waited (admission blocked)
     prefills_beside_decode: int = 0  # prefills launched while a decode was in flight (OverlapLoop)
+    lagged_for_frees: int = 0  # decodes lagged so that a failed prefill beside could retry with releases landed
     paced_holds: int = 0  # decode launches held back by pacing (DecodePacer), of which
     paced_arrivals: int = 0  # ended early by a message (its prefill then shares the device with less decode)
     paced_late_launches: int = 0  # decode launches that came after the device finished the step before

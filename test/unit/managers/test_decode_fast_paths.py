@@ -184,6 +184,7 @@ def run(tiny_dir: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch, loop
                          detokenize_params=msg.detokenize_params) for msg in scheduler.io.sent]
         counts["retractions"] = scheduler.stats.num_retractions
         counts["beside"] = scheduler.stats.prefills_beside_decode
+        counts["lagged_for_frees"] = scheduler.stats.lagged_for_frees
         counts["paced"] = scheduler.stats.paced_holds
         return messages, counts
 
@@ -282,3 +283,21 @@ def test_step_trace_records_every_batch(tiny_dir: str, smollm2_dir: str, monkeyp
     rows = {line.split("|")[1].strip(): line for line in table.stdout.splitlines()[2:]}
     assert {"extend", "decode"} <= set(rows), table.stdout
     assert f"| decode | {kinds.count('decode') - (kinds[0] == 'decode')} |" in rows["decode"]
+
+
+@pytest.mark.timeout(600)
+def test_prefill_waiting_for_releases_lags_one_decode_and_runs_beside(tiny_dir: str, smollm2_dir: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pool too small for the workload: waiting requests are admitted as finished ones release their
+    # slots, and those releases wait on the decode in flight. The loop lags one decode for them (instead
+    # of draining) and the prefill then runs beside the next decode, with the drained loop's outputs.
+    loop = dict(LOOPS["overlap"], max_running_requests=16, chunked_prefill_size=64, max_total_tokens=320)
+    beside, counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True)
+    monkeypatch.setenv("RADIXLM_PREFILL_BESIDE_DECODE", "0")
+    drained, off_counts = run(tiny_dir, smollm2_dir, monkeypatch, loop, fast=True)
+    assert counts["lagged_for_frees"] > 0 and counts["beside"] > 0 and counts["retractions"] > 0, counts
+    assert off_counts["lagged_for_frees"] == off_counts["beside"] == 0, off_counts
+    got, want = outputs_by_rid(beside), outputs_by_rid(drained)
+    assert set(got) == set(want) and len(got) == 14
+    for rid in set(want) - set(ABORTS.values()):
+        assert got[rid] == want[rid], rid
