@@ -150,8 +150,8 @@ def print_step_profile(st: dict) -> None:
           f"{st['decode_batch_size_sum'] / max(1, dec):.1f}, max {st['max_decode_batch_size']}); "
           f"prefill {st['prefill_wall_s']:.1f} s in {pre} batches ({st['prefill_new_tokens']} tokens, "
           f"{st['prefill_new_tokens'] / max(1e-9, st['prefill_wall_s']):.0f} tok/s); "
-          f"retractions {st.get('num_retractions', 0)}; prefills beside decode {st.get('prefills_beside_decode', 0)}",
-          flush=True)
+          f"retractions {st.get('num_retractions', 0)}; prefills beside decode {st.get('prefills_beside_decode', 0)} "
+          f"(decodes lagged for releases {st.get('lagged_for_frees', 0)})", flush=True)
     mem = st.get("memory") or {}
     if mem.get("peak_reserved_gib") is not None:
         print(f"memory: {mem['device_total_gib']:.1f} GiB device, mem_fraction_static {mem['mem_fraction_static']}; "

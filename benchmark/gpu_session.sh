@@ -25,6 +25,7 @@
 #     online | offline_ci online one_batch_small parity | shared_prefix kernels | (with it) shared_prefix_radix (twice)
 #   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online |
 #     start_method beside_test (at 7c90f38; start_method is gone since forkserver is refused on CUDA) | beside_test
+#   thirty-first session: OFFLINE_TAG=nolag OFFLINE_ENV=RADIXLM_LAG_FOR_FREES=0 offline_ci offline_ci_x shared_prefix
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
@@ -200,12 +201,13 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512) ;;
-    offline_ci|offline_ci_x)  # offline_ci_x: with OFFLINE_FLAGS (extra flags), logged as offline_ci_$OFFLINE_TAG
-            name=offline_ci extra=""  # plain offline_ci ignores OFFLINE_FLAGS, so that one call can run both
-            [ $what = offline_ci_x ] && name=offline_ci_${OFFLINE_TAG:-x} extra=${OFFLINE_FLAGS:-}
-            step $name 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
+    offline_ci|offline_ci_x)  # offline_ci_x: with OFFLINE_FLAGS (extra flags) and OFFLINE_ENV ("NAME=VALUE ...",
+            # exported for it only), logged as offline_ci_$OFFLINE_TAG; plain offline_ci ignores both, so that one
+            name=offline_ci extra="" env=""  # call can run the A/B
+            [ $what = offline_ci_x ] && name=offline_ci_${OFFLINE_TAG:-x} extra=${OFFLINE_FLAGS:-} env=${OFFLINE_ENV:-}
+            ([ -n "$env" ] && export $env; step $name 420 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
-                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 $extra ;;
+                 --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512 $extra) ;;
     shared_prefix|shared_prefix_radix) flags=("" "--disable-radix-cache"); [ $what = shared_prefix_radix ] && flags=("")
                for flag in "${flags[@]}"; do
                  step "shared_prefix${flag//-/_}" 240 python3 benchmark/bench_offline_throughput.py --model-path $MODEL \

@@ -140,6 +140,13 @@ def prefill_beside_decode() -> bool:
     return _get("PREFILL_BESIDE_DECODE", "1") != "0"
 
 
+def lag_for_frees() -> bool:
+    """RADIXLM_LAG_FOR_FREES=0: when a prefill beside the in-flight decode fails while finished requests'
+    releases still wait on that decode, the overlap loop drains it (the old way) instead of lagging one
+    more decode and retrying beside it; on by default (an A/B switch)."""
+    return _get("LAG_FOR_FREES", "1") != "0"
+
+
 DEFAULT_DECODE_PACING_MS = 0.5
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
@@ -81,6 +81,7 @@ class OverlapLoop:
         self.watch_arrivals = self.beside and self.worker.device is not None and scheduler.server_args.tp_size == 1
         self.pacer = _pacer(self.beside and scheduler.server_args.tp_size == 1, self.watch_arrivals)
         self.paced_launch = False  # the decode launched last had a pacing deadline
+        self.lag_frees = self.beside and environ.lag_for_frees()
         self.freed_retry_at: Optional[tuple[int, ...]] = None  # _admission_signature() of the last _lag_for_frees
 
     def run(self) -> None:
@@ -180,9 +181,10 @@ class OverlapLoop:
         """A prefill beside the decode failed while releases wait on the decode in flight (requests that
         finished in the batch before it, whose rows it still reads): lag one more decode instead of
         draining, so those releases land before the next try and its prefill runs beside a decode rather
-        than on an idle device after the drain. Once per admission signature: a second failure drains."""
+        than on an idle device after the drain. Once per admission signature: a second failure drains.
+        Off with RADIXLM_LAG_FOR_FREES=0."""
         signature = self._admission_signature()
-        if not (self.beside and self.in_flight.deferred and self.freed_retry_at != signature):
+        if not (self.lag_frees and self.in_flight.deferred and self.freed_retry_at != signature):
             return False
         if self.s.planner.abort_pending or self._rows_need_current_tokens() or not self._kv_room():
             return False

@@ -7,11 +7,17 @@ import pytest
 from radixlm import environ
 
 
-def test_decode_cascade_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RADIXLM_DECODE_CASCADE", raising=False)
-    assert environ.decode_cascade() is True
-    monkeypatch.setenv("RADIXLM_DECODE_CASCADE", "0")
-    assert environ.decode_cascade() is False
+ON_BY_DEFAULT = {"DECODE_CASCADE": environ.decode_cascade, "DECODE_FUSED_ROPE": environ.decode_fused_rope,
+                 "PRUNE_LAST_LAYER": environ.prune_last_layer, "PREFILL_BESIDE_DECODE": environ.prefill_beside_decode,
+                 "LAG_FOR_FREES": environ.lag_for_frees}
+
+
+@pytest.mark.parametrize("name", list(ON_BY_DEFAULT))
+def test_switches_on_by_default_and_off_with_0(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.delenv(f"RADIXLM_{name}", raising=False)
+    assert ON_BY_DEFAULT[name]() is True
+    monkeypatch.setenv(f"RADIXLM_{name}", "0")
+    assert ON_BY_DEFAULT[name]() is False
 
 
 def test_fused_gemv_max_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,20 +73,6 @@ def test_step_trace_unwritable_path_names_the_variable(tmp_path) -> None:
     trace = open_step_trace(str(tmp_path / "trace.jsonl"), torch.device("cpu"))
     trace.record("decode", 2, 2, 0.001, 0.002, 0.0005, None)
     assert '"kind": "decode"' in (tmp_path / "trace.jsonl").read_text()
-
-
-def test_decode_fused_rope_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RADIXLM_DECODE_FUSED_ROPE", raising=False)
-    assert environ.decode_fused_rope() is True
-    monkeypatch.setenv("RADIXLM_DECODE_FUSED_ROPE", "0")
-    assert environ.decode_fused_rope() is False
-
-
-def test_prune_last_layer_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RADIXLM_PRUNE_LAST_LAYER", raising=False)
-    assert environ.prune_last_layer() is True
-    monkeypatch.setenv("RADIXLM_PRUNE_LAST_LAYER", "0")
-    assert environ.prune_last_layer() is False
 
 
 def test_uvicorn_loop_http(monkeypatch: pytest.MonkeyPatch) -> None:
