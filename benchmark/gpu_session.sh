@@ -25,7 +25,8 @@
 #     online | offline_ci online one_batch_small parity | shared_prefix kernels | (with it) shared_prefix_radix (twice)
 #   twenty-fourth session: ONLINE_TAG=pace ONLINE_ENV=RADIXLM_DECODE_PACING=auto online_x online |
 #     start_method beside_test (at 7c90f38; start_method is gone since forkserver is refused on CUDA) | beside_test
-#   thirty-first session: OFFLINE_TAG=nolag OFFLINE_ENV=RADIXLM_LAG_FOR_FREES=0 offline_ci offline_ci_x shared_prefix
+#   thirty-first session (H100): OFFLINE_TAG=nolag OFFLINE_ENV=RADIXLM_LAG_FOR_FREES=0 offline_ci offline_ci_x
+#     shared_prefix offline_hf | OFFLINE_TAG=f92 OFFLINE_FLAGS="--mem-fraction-static 0.92" offline_ci_x | logprob_memory
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
@@ -214,6 +215,8 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
+    logprob_memory) step logprob_memory 240 python3 benchmark/gpu_logprob_memory.py --model-path $MODEL \
+                 --load-format dummy --prompt-len 8000 --top-logprobs 5 ;;
     beside_test) (export RADIXLM_TEST_TOKENIZER=$MODEL; step beside_test 300 python3 -m pytest -q \
                  test/unit/managers/test_decode_fast_paths.py -k beside) ;;
     ttft_probe|ttft_trace|ttft_trace_h11)  # TTFT without decode load: 2,048-token prompts, 2 output tokens, one

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from radixlm.model_executor.forward_batch import ForwardBatch
 
 
+LOGPROB_SLICE_ELEMENTS = 1 << 25  # prompt logprobs: rows x vocab per slice (256 rows at a 128k vocabulary)
+
+
 @dataclass
 class LogitsProcessorOutput:
     next_token_logits: torch.Tensor  # float32 [bs, vocab]
@@ -86,14 +89,28 @@ class LogitsProcessor(nn.Module):
         for start, length in zip(starts, fb.extend_seq_lens_cpu):
             rows.extend(range(offset + start, offset + length - 1))
             offset += length
-        device = hidden_states.device
-        row_t = torch.tensor(rows, dtype=torch.int64, device=device)
-        logprobs = torch.log_softmax(self.compute_logits(hidden_states[row_t], lm_head), dim=-1)
-        targets = input_ids[row_t + 1]
-        out.input_token_logprobs = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
+        row_t = torch.tensor(rows, dtype=torch.int64, device=hidden_states.device)
         k = max(fb.top_logprobs_nums or [0])
+        # a slice of rows at a time: a whole chunk's float32 [rows, vocab] logits and log-softmax would
+        # take ~8 GB for 8,192 prompt tokens at a 128k vocabulary, beyond what --mem-fraction-static leaves
+        step = max(1, LOGPROB_SLICE_ELEMENTS // self.vocab_size)
+        picked, top_val, top_idx = [], [], []
+        for start in range(0, len(rows), step):
+            sl = row_t[start:start + step]
+            logprobs = torch.log_softmax(self.compute_logits(hidden_states[sl], lm_head), dim=-1)
+            picked.append(logprobs.gather(1, input_ids[sl + 1].unsqueeze(1)).squeeze(1))
+            if k > 0:
+                val, idx = logprobs.topk(k, dim=-1)
+                top_val.append(val)
+                top_idx.append(idx)
+            del logprobs
+        out.input_token_logprobs = torch.cat(picked) if picked else \
+            torch.empty(0, dtype=torch.float32, device=hidden_states.device)
         if k > 0:
-            out.input_top_logprobs_val, out.input_top_logprobs_idx = logprobs.topk(k, dim=-1)
+            out.input_top_logprobs_val = torch.cat(top_val) if top_val else \
+                torch.empty(0, k, dtype=torch.float32, device=hidden_states.device)
+            out.input_top_logprobs_idx = torch.cat(top_idx) if top_idx else \
+                torch.empty(0, k, dtype=torch.int64, device=hidden_states.device)
 
 
 def final_norm(norm: "RMSNorm", hidden: torch.Tensor, residual: Optional[torch.Tensor]) -> torch.Tensor:

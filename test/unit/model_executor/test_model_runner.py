@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+import radixlm.layers.logits_processor as logits_module
 from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder
 from radixlm.model_executor.model_runner import ModelRunner
 from radixlm.server_args import ServerArgs
@@ -52,7 +55,11 @@ def test_memory_report_counts_weights_pool_and_table(tiny_dir: str) -> None:
     assert set(report.as_dict()) >= {"weights_gib", "kv_cache_gib", "peak_other_gib"}
 
 
-def test_logprobs_match_log_softmax_of_hf_logits(tiny_dir: str) -> None:
+@pytest.mark.parametrize("slice_rows", [None, 2])  # None: one slice; 2: the 5 scored rows in slices of 2, 2, 1
+def test_logprobs_match_log_softmax_of_hf_logits(tiny_dir: str, monkeypatch: pytest.MonkeyPatch,
+                                                 slice_rows: Optional[int]) -> None:
+    if slice_rows is not None:
+        monkeypatch.setattr(logits_module, "LOGPROB_SLICE_ELEMENTS", slice_rows * 512)  # the tiny vocabulary
     runner = make_runner(tiny_dir, max_total_tokens=2048)
     hf = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
     prompts = [[5, 9, 33, 100, 7], [1, 2, 3]]
@@ -67,6 +74,8 @@ def test_logprobs_match_log_softmax_of_hf_logits(tiny_dir: str) -> None:
     torch.testing.assert_close(out.input_token_logprobs, want, rtol=1e-4, atol=1e-4)
     assert out.input_top_logprobs_val.shape == (5, 3)
     torch.testing.assert_close(out.input_top_logprobs_val[0], ref[0][1].topk(3).values, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.input_top_logprobs_val[4], ref[1][1].topk(3).values, rtol=1e-4, atol=1e-4)
+    assert torch.equal(out.input_top_logprobs_idx[4], ref[1][1].topk(3).indices)
     last = torch.stack([ref[0][-1], ref[1][-1]])
     assert torch.equal(out.next_token_ids, last.argmax(-1))
     torch.testing.assert_close(out.next_token_logprobs, last.max(-1).values, rtol=1e-4, atol=1e-4)
