@@ -91,26 +91,25 @@ class LogitsProcessor(nn.Module):
             offset += length
         row_t = torch.tensor(rows, dtype=torch.int64, device=hidden_states.device)
         k = max(fb.top_logprobs_nums or [0])
-        # a slice of rows at a time: a whole chunk's float32 [rows, vocab] logits and log-softmax would
-        # take ~8 GB for 8,192 prompt tokens at a 128k vocabulary, beyond what --mem-fraction-static leaves
+        # a slice of rows at a time: a whole 8,192-token chunk's bf16 logits, their float32 copy and the
+        # log-softmax would take ~10 GB at a 128k vocabulary, more than --mem-fraction-static leaves
         step = max(1, LOGPROB_SLICE_ELEMENTS // self.vocab_size)
-        picked, top_val, top_idx = [], [], []
-        for start in range(0, len(rows), step):
-            sl = row_t[start:start + step]
-            logprobs = torch.log_softmax(self.compute_logits(hidden_states[sl], lm_head), dim=-1)
-            picked.append(logprobs.gather(1, input_ids[sl + 1].unsqueeze(1)).squeeze(1))
-            if k > 0:
-                val, idx = logprobs.topk(k, dim=-1)
-                top_val.append(val)
-                top_idx.append(idx)
-            del logprobs
-        out.input_token_logprobs = torch.cat(picked) if picked else \
-            torch.empty(0, dtype=torch.float32, device=hidden_states.device)
+        parts = [self._score_rows(row_t[i:i + step], input_ids, hidden_states, lm_head, k)
+                 for i in range(0, max(1, len(rows)), step)]  # no rows: one empty slice gives empty outputs
+        out.input_token_logprobs = torch.cat([p[0] for p in parts])
         if k > 0:
-            out.input_top_logprobs_val = torch.cat(top_val) if top_val else \
-                torch.empty(0, k, dtype=torch.float32, device=hidden_states.device)
-            out.input_top_logprobs_idx = torch.cat(top_idx) if top_idx else \
-                torch.empty(0, k, dtype=torch.int64, device=hidden_states.device)
+            out.input_top_logprobs_val = torch.cat([p[1] for p in parts])
+            out.input_top_logprobs_idx = torch.cat([p[2] for p in parts])
+
+    def _score_rows(self, rows: torch.Tensor, input_ids: torch.Tensor, hidden_states: torch.Tensor,
+                    lm_head: nn.Module, k: int) -> tuple[torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """The logprob of the input token after each of `rows`, and its top `k` alternatives if k > 0."""
+        logprobs = torch.log_softmax(self.compute_logits(hidden_states[rows], lm_head), dim=-1)
+        picked = logprobs.gather(1, input_ids[rows + 1].unsqueeze(1)).squeeze(1)
+        if k == 0:
+            return picked, None, None
+        val, idx = logprobs.topk(k, dim=-1)
+        return picked, val, idx
 
 
 def final_norm(norm: "RMSNorm", hidden: torch.Tensor, residual: Optional[torch.Tensor]) -> torch.Tensor:
