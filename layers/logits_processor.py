@@ -17,6 +17,7 @@ from torch import nn
 
 from radixlm.distributed import tensor_model_parallel_all_gather
 from radixlm.layers.kernel_dispatch import gemv_kernel_for
+from radixlm.layers.row_slices import row_slices
 
 if TYPE_CHECKING:
     from radixlm.layers.layernorm import RMSNorm
@@ -93,9 +94,8 @@ class LogitsProcessor(nn.Module):
         k = max(fb.top_logprobs_nums or [0])
         # a slice of rows at a time: a whole 8,192-token chunk's bf16 logits, their float32 copy and the
         # log-softmax would take ~10 GB at a 128k vocabulary, more than --mem-fraction-static leaves
-        step = max(1, LOGPROB_SLICE_ELEMENTS // self.vocab_size)
-        parts = [self._score_rows(row_t[i:i + step], input_ids, hidden_states, lm_head, k)
-                 for i in range(0, max(1, len(rows)), step)]  # no rows: one empty slice gives empty outputs
+        parts = [self._score_rows(row_t[s], input_ids, hidden_states, lm_head, k)
+                 for s in row_slices(len(rows), self.vocab_size, LOGPROB_SLICE_ELEMENTS)]
         out.input_token_logprobs = torch.cat([p[0] for p in parts])
         if k > 0:
             out.input_top_logprobs_val = torch.cat([p[1] for p in parts])

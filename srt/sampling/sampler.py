@@ -15,6 +15,7 @@ from torch import nn
 
 from radixlm.constrained.vocab_mask import apply_vocab_mask
 from radixlm.layers.kernel_dispatch import kernel_for
+from radixlm.layers.row_slices import row_slices
 from radixlm.sampling.sampling_batch_info import SamplingBatchInfo
 
 
@@ -118,13 +119,12 @@ class Sampler(nn.Module):
         greedy = greedy_ids if greedy_ids is not None else greedy_argmax(logits)
         if info.is_all_greedy:
             return greedy
-        rows = max(1, SAMPLE_SLICE_ELEMENTS // max(1, logits.shape[-1]))
-        if logits.shape[0] <= rows:
+        slices = row_slices(logits.shape[0], logits.shape[-1], SAMPLE_SLICE_ELEMENTS)
+        if len(slices) == 1:
             return sample_rows(logits, info, greedy)
         # a slice at a time: the draw's [rows, vocab] temporaries (~60 bytes per element in all) stay bounded
         # at any batch size; every row's draw is its own, so the slices give the same tokens as one pass
-        return torch.cat([sample_rows(logits[i:i + rows], info.rows(i, i + rows), greedy[i:i + rows])
-                          for i in range(0, logits.shape[0], rows)])
+        return torch.cat([sample_rows(logits[s], info.rows(s.start, s.stop), greedy[s]) for s in slices])
 
 
 def sample_rows(logits: torch.Tensor, info: SamplingBatchInfo, greedy: torch.Tensor) -> torch.Tensor:
