@@ -131,10 +131,15 @@ class OverlapLoop:
             return False
         if s.waiting_queue and not self._admission_blocked():
             return False
+        return self._lag_safe()
+
+    def _lag_safe(self) -> bool:
+        """Another decode may launch before the one in flight is processed: no abort to resolve, no row
+        whose sampling needs the in-flight token, and slots for two more steps."""
         # A constrained row's mask for batch N+1 needs batch N's token accepted by its matcher,
         # so batches with a grammar resolve the in-flight batch first (they lose the overlap;
         # unconstrained batches keep it). Cost: benchmark/RESULTS.md, "constrained decoding".
-        if s.planner.abort_pending or self._rows_need_current_tokens():
+        if self.s.planner.abort_pending or self._rows_need_current_tokens():
             return False
         return self._kv_room()
 
@@ -184,9 +189,7 @@ class OverlapLoop:
         than on an idle device after the drain. Once per admission signature: a second failure drains.
         Off with RADIXLM_LAG_FOR_FREES=0."""
         signature = self._admission_signature()
-        if not (self.lag_frees and self.in_flight.deferred and self.freed_retry_at != signature):
-            return False
-        if self.s.planner.abort_pending or self._rows_need_current_tokens() or not self._kv_room():
+        if not (self.lag_frees and self.in_flight.deferred and self.freed_retry_at != signature and self._lag_safe()):
             return False
         self.freed_retry_at = signature
         self.s.stats.lagged_for_frees += 1
