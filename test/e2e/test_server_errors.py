@@ -33,7 +33,7 @@ CASES: list[tuple[str, Union[dict, bytes], int, str]] = [
     (CHAT, {"model": "default", "messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
     (CHAT, {"model": "default", "messages": [{"role": "user", "content": [{"type": "image_url",
                                                                            "image_url": {"url": "x"}}]}]},
-     400, "content"),
+     400, "type 'image_url' are not supported"),
     (COMP, {"model": "default"}, 400, "prompt"),
     (COMP, {"prompt": "x"}, 400, "model"),
     (COMP, {"model": "default", "prompt": "x", "temperature": "hot"}, 400, "temperature"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 Prompt = Union[str, list[str], list[int], list[list[int]]]
 
@@ -91,6 +91,16 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "developer"]
     content: Optional[Union[str, list[TextContentPart]]] = None
     name: Optional[str] = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value: Any) -> Any:
+        """Name the part a text-only model cannot take (an image, audio, a file) instead of a type error."""
+        for part in value if isinstance(value, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind is not None and kind != "text":
+                raise ValueError(f"content parts of type {kind!r} are not supported; only 'text' parts are")
+        return value
 
     def text(self) -> str:
         if self.content is None:

@@ -77,7 +77,9 @@ def parse_model(cls: type[Req], body: dict) -> Req:
 def validation_error(exc: ValidationError) -> OpenAIError:
     first = exc.errors()[0]
     param = ".".join(str(part) for part in first["loc"]) or None
-    return OpenAIError(f"{param}: {first['msg']}" if param else first["msg"], 400, param)
+    raised = first.get("ctx", {}).get("error") if first["type"] == "value_error" else None
+    msg = str(raised) if raised is not None else first["msg"]
+    return OpenAIError(f"{param}: {msg}" if param else msg, 400, param)
 
 
 async def read_request(raw_request: Request, cls: type[Req]) -> Req:

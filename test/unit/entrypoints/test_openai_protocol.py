@@ -25,6 +25,16 @@ def test_chat_content_parts_join() -> None:
     assert req.messages[0].text() == "a\nb" and req.max_tokens is None
 
 
+def test_non_text_content_part_is_named() -> None:
+    with pytest.raises(OpenAIError) as info:
+        parse_model(ChatCompletionRequest, {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})
+    assert info.value.status == 400 and info.value.param == "messages.0.content"
+    assert info.value.message == ("messages.0.content: content parts of type 'image_url' are not supported; "
+                                  "only 'text' parts are")
+
+
 @pytest.mark.parametrize("body,param", [
     ({"prompt": "x"}, "model"),
     ({"model": "m"}, "prompt"),
