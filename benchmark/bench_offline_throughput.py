@@ -21,7 +21,6 @@ from pathlib import Path
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
-    sys.path.insert(0, str(_REPO_ROOT))
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -76,7 +75,7 @@ def workload_b(num: int, vocab: int, seed: int, output_len: int = 32) -> Workloa
 
 
 def workload_dataset(args: argparse.Namespace, tokenizer: object) -> Workload:
-    from benchmark.datasets import DatasetConfig, get_dataset
+    from radixlm.benchmark.datasets import DatasetConfig, get_dataset
 
     fields = {f.name for f in dataclasses.fields(DatasetConfig)}
     config = DatasetConfig(**{k: v for k, v in vars(args).items() if k in fields})
@@ -186,7 +185,7 @@ def print_table(results: list[Result], args: argparse.Namespace, server_args: Se
 
 
 def main() -> None:
-    from benchmark.datasets import add_dataset_args
+    from radixlm.benchmark.datasets import add_dataset_args
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=["ab", "a", "b", "dataset"], default=None,

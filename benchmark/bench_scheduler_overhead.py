@@ -24,7 +24,6 @@ from pathlib import Path
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
-    sys.path.insert(0, str(_REPO_ROOT))
 
 import argparse  # noqa: E402
 import os  # noqa: E402
@@ -40,7 +39,7 @@ from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.sampling.sampling_params import SamplingParams  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
-from benchmark.stand_in import SilentIO, StandInModelRunner, stand_ins  # noqa: E402
+from radixlm.benchmark.stand_in import SilentIO, StandInModelRunner, stand_ins  # noqa: E402
 
 PROMPT_LEN = 64
 MAX_NEW = 1000  # no request finishes during the measurement (iters < MAX_NEW - warm-up)

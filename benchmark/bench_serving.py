@@ -4,6 +4,8 @@
         --dataset-name random --num-prompts 32 --random-input-len 256 --random-output-len 32 \
         --sweep-rates 1,2,4 --output-file results.jsonl --plot results.png
 
+`python -m radixlm.bench_serving ...` runs the same tool from an installed package.
+
 Metric definitions are in `benchmark/serving_metrics.py` and `benchmark/README.md`.
 """
 
@@ -13,10 +15,9 @@ import sys
 from pathlib import Path
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-if not __package__:  # run as a script: import siblings as `benchmark.*`, and do not let
+if not __package__:  # run as a script: siblings are imported as `radixlm.benchmark.*`; do not let
     # benchmark/datasets.py shadow Hugging Face's top-level `datasets` package.
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
-    sys.path.insert(0, str(_REPO_ROOT))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -32,9 +33,9 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 from transformers import PreTrainedTokenizerBase  # noqa: E402
 
-from benchmark.datasets import DatasetConfig, DatasetRow, add_dataset_args, get_dataset, length_bounds  # noqa: E402
-from benchmark.serving_backends import BACKENDS, TOKEN_ID_BACKENDS, RequestInput  # noqa: E402
-from benchmark.serving_metrics import RequestOutput, compute_metrics, format_table  # noqa: E402
+from radixlm.benchmark.datasets import DatasetConfig, DatasetRow, add_dataset_args, get_dataset, length_bounds  # noqa: E402
+from radixlm.benchmark.serving_backends import BACKENDS, TOKEN_ID_BACKENDS, RequestInput  # noqa: E402
+from radixlm.benchmark.serving_metrics import RequestOutput, compute_metrics, format_table  # noqa: E402
 
 TOOL_VERSION = "0.1.0"
 
@@ -306,7 +307,7 @@ async def benchmark(args: argparse.Namespace) -> list[dict]:
             for error in m["errors"]:
                 print(f"{label} error: {error}")
         if args.plot:
-            from benchmark.serving_plot import plot_runs
+            from radixlm.benchmark.serving_plot import plot_runs
 
             plot_runs(args.plot, runs, f"{args.backend} {args.model} {summary['name']}")
         return records

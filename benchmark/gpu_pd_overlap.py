@@ -22,7 +22,6 @@ from pathlib import Path
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
-    sys.path.insert(0, str(_REPO_ROOT))
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -31,7 +30,7 @@ from typing import Callable, Optional  # noqa: E402
 
 import torch  # noqa: E402
 
-from benchmark.gpu_profile import fake_context, release  # noqa: E402
+from radixlm.benchmark.gpu_profile import fake_context, release  # noqa: E402
 from radixlm.model_executor.forward_batch_builder import ForwardBatchBuilder  # noqa: E402
 from radixlm.model_executor.model_runner import ModelRunner  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402

@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for `benchmark.*`
-
-from benchmark.gpu_hf_parity import DTYPES, PROMPT_LENS, build_model, our_top2_gaps  # noqa: E402
+from radixlm.benchmark.gpu_hf_parity import DTYPES, PROMPT_LENS, build_model, our_top2_gaps
 
 
 def run(model_dir: str, tp_size: int, prompts: list[list[int]], new_tokens: int, args: argparse.Namespace

@@ -18,7 +18,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 
-from benchmark.serving_metrics import RequestOutput
+from radixlm.benchmark.serving_metrics import RequestOutput
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmark.serving_metrics import RequestOutput, itl_per_chunk, itl_per_token
+from radixlm.benchmark.serving_metrics import RequestOutput, itl_per_chunk, itl_per_token
 
 CDF_PANELS = ["TTFT", "ITL per token", "ITL per chunk", "E2E latency"]
 

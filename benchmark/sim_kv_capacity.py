@@ -24,7 +24,6 @@ from pathlib import Path
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO_ROOT / "benchmark"]
-    sys.path.insert(0, str(_REPO_ROOT))
 
 import argparse  # noqa: E402
 import time  # noqa: E402
@@ -34,7 +33,7 @@ from typing import Any  # noqa: E402
 from radixlm.provenance import git_commit  # noqa: E402
 from radixlm.server_args import ServerArgs  # noqa: E402
 
-from benchmark.stand_in import stand_ins  # noqa: E402
+from radixlm.benchmark.stand_in import stand_ins  # noqa: E402
 
 # the CUDA defaults this simulates (`ServerArgs.resolved` on a GPU, `ModelRunner.init_memory_pool`)
 CUDA_CHUNKED_PREFILL = 8192
@@ -109,8 +108,8 @@ def print_table(results: list[SimResult], workload: str) -> None:
 
 
 def main() -> None:
-    from benchmark.bench_offline_throughput import workload_dataset
-    from benchmark.datasets import add_dataset_args
+    from radixlm.benchmark.bench_offline_throughput import workload_dataset
+    from radixlm.benchmark.datasets import add_dataset_args
     from radixlm.model_loader.tokenizer import get_tokenizer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

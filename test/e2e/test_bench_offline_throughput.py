@@ -4,17 +4,13 @@ exclude it."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 import radixlm
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmark.*`
-
-from benchmark import bench_offline_throughput as bench  # noqa: E402
+from radixlm.benchmark import bench_offline_throughput as bench
 
 pytestmark = pytest.mark.slow
 

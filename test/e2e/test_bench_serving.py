@@ -1,5 +1,5 @@
-"""bench_serving.py end to end: the tool run as a script against the shared real CPU server
-(`http_server` in conftest.py: SmolLM2 on loopback)."""
+"""bench_serving.py end to end: the tool run as a script (and once as `python -m radixlm.bench_serving`)
+against the shared real CPU server (`http_server` in conftest.py: SmolLM2 on loopback)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ BENCH = REPO_ROOT / "benchmark" / "bench_serving.py"
 pytestmark = pytest.mark.slow
 
 
-def run_bench(server: ServerHandle, out_file: Path, *flags: str) -> tuple[str, list[dict]]:
-    cmd = [sys.executable, str(BENCH), "--base-url", server.base_url, "--api-key", server.api_key,
+def run_bench(server: ServerHandle, out_file: Path, *flags: str, as_module: bool = False,
+              cwd: Path = REPO_ROOT) -> tuple[str, list[dict]]:
+    tool = ["-m", "radixlm.bench_serving"] if as_module else [str(BENCH)]
+    cmd = [sys.executable, *tool, "--base-url", server.base_url, "--api-key", server.api_key,
            "--output-file", str(out_file), "--output-details", "--disable-tqdm", *flags]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done.stdout, [json.loads(line) for line in out_file.read_text().splitlines()]
 
@@ -63,11 +65,12 @@ def test_shared_prefix_dataset_hits_the_cache_openai_backend(http_server: Server
 
 
 def test_chat_backend_sweep_writes_a_record_per_rate(http_server: ServerHandle, tmp_path: Path) -> None:
+    """Run as `python -m radixlm.bench_serving` from outside the checkout: the installed package's name."""
     plot = tmp_path / "sweep.png"
     stdout, records = run_bench(
         http_server, tmp_path / "sweep.jsonl", "--backend", "openai-chat", "--dataset-name", "random",
         "--num-prompts", "4", "--random-input-len", "32", "--random-output-len", "4",
-        "--random-range-ratio", "1", "--sweep-rates", "2,inf", "--plot", str(plot))
+        "--random-range-ratio", "1", "--sweep-rates", "2,inf", "--plot", str(plot), as_module=True, cwd=tmp_path)
     assert "rate=2" in stdout and "rate=inf" in stdout
     assert [r["request_rate"] for r in records] == [2.0, "inf"]
     assert all(r["completed"] == 4 and r["total_output_tokens"] == 16 for r in records)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `benchmark.*`
-
-from benchmark.datasets import DatasetConfig, get_dataset, length_bounds, sample_lengths  # noqa: E402
+from radixlm.benchmark.datasets import DatasetConfig, get_dataset, length_bounds, sample_lengths
 
 
 @pytest.mark.parametrize(

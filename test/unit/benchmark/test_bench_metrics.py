@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `benchmark.*`
-
-from benchmark.bench_serving import arrival_times, parse_args, parse_rates  # noqa: E402
-from benchmark.serving_metrics import (  # noqa: E402
+from radixlm.benchmark.bench_serving import arrival_times, parse_args, parse_rates
+from radixlm.benchmark.serving_metrics import (
     RequestOutput, compute_metrics, format_table, itl_per_chunk, itl_per_token,
 )
 
@@ -83,7 +80,7 @@ def test_table_has_a_column_per_rate() -> None:
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
-    from benchmark.serving_plot import plot_runs
+    from radixlm.benchmark.serving_plot import plot_runs
 
     runs = [(f"rate={r}", {"request_rate": r, **compute_metrics([synthetic_output()], 1.0)}, [synthetic_output()])
             for r in (1, 2)]

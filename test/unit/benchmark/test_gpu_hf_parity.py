@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `benchmark.*`
-
-from benchmark import gpu_hf_parity as parity  # noqa: E402
+from radixlm.benchmark import gpu_hf_parity as parity
 
 V = 16
 

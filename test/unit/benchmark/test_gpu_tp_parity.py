@@ -3,14 +3,11 @@ tiny Llama agree token for token, and the script reports PASS (the script the tw
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `benchmark.*`
-
-from benchmark import gpu_tp_parity  # noqa: E402
+from radixlm.benchmark import gpu_tp_parity
 
 
 @pytest.mark.slow

@@ -4,16 +4,11 @@ at two pool sizes; the stand-ins are swapped in for one construction only."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `benchmark.*`
-
-from benchmark import sim_kv_capacity as sim  # noqa: E402
-from benchmark import stand_in  # noqa: E402
-
-import radixlm.managers.scheduler as scheduler_module  # noqa: E402
-import radixlm.model_executor.model_runner as model_runner_module  # noqa: E402
+import radixlm.managers.scheduler as scheduler_module
+import radixlm.model_executor.model_runner as model_runner_module
+from radixlm.benchmark import sim_kv_capacity as sim
+from radixlm.benchmark import stand_in
 
 
 def _workload(num: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
