@@ -72,7 +72,24 @@ def build_sampling_info(reqs: list[Req], vocab_size: int, device: torch.device,
     )
     if any(p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0 for p in params):
         _attach_penalties(info, reqs, vocab_size, device)
+    if any(p.logit_bias for p in params):
+        info.logit_bias = _logit_bias(params, vocab_size, device)
     return info
+
+
+def _logit_bias(params: list, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """float32 [bs, vocab]: each request's `logit_bias` (normalized: int ids, verified in range) as a dense row."""
+    rows, cols, values = [], [], []
+    for i, p in enumerate(params):
+        for token, bias in (p.logit_bias or {}).items():
+            rows.append(i)
+            cols.append(token)
+            values.append(bias)
+    rows_t, cols_t = _columns([rows, cols], torch.int64, device)
+    (values_t,) = _columns([values], torch.float32, device)
+    bias_t = torch.zeros((len(params), vocab_size), dtype=torch.float32, device=device)
+    bias_t[rows_t, cols_t] = values_t
+    return bias_t
 
 
 def _attach_penalties(info: SamplingBatchInfo, reqs: list[Req], vocab_size: int, device: torch.device) -> None:

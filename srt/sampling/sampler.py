@@ -1,4 +1,4 @@
-"""The batched sampler: penalties, temperature, top-k / top-p / min-p, then seeded noise.
+"""The batched sampler: logit biases, masks, penalties, temperature, top-k / top-p / min-p, then seeded noise.
 
 Sampling is a pure function of (logits, seed, step): the random draw for token t of a
 row is u = hash(seed, step, t), and the sampled token is argmax(p / Exp(u)) with
@@ -107,6 +107,9 @@ class Sampler(nn.Module):
         logits = logits.float()
         if info is None:
             return greedy_ids if greedy_ids is not None else greedy_argmax(logits)
+        if info.logit_bias is not None:
+            logits = logits + info.logit_bias
+            greedy_ids = None
         if info.vocab_bitmask is not None:  # in place: unconstrained rows stay bit-identical
             apply_vocab_mask(logits, info.vocab_bitmask)
             greedy_ids = None

@@ -35,6 +35,9 @@ class SamplingBatchInfo:
     repetition_penalties: Optional[torch.Tensor] = None  # float32 [bs, 1]
     output_token_counts: Optional[torch.Tensor] = None  # int32/float [bs, vocab]
 
+    # logit_bias: float32 [bs, vocab] added to the logits (zero rows for requests without one), or None
+    logit_bias: Optional[torch.Tensor] = None
+
     # Structured output: bool mask [bs, vocab] of allowed tokens (True = allowed), or None
     vocab_mask: Optional[torch.Tensor] = None
     # Structured output, the fast form: xgrammar's bit-packed int32 [bs, ceil(vocab / 32)]
@@ -47,7 +50,7 @@ class SamplingBatchInfo:
 
     def rows(self, start: int, end: int) -> "SamplingBatchInfo":
         """The per-row draw parameters of rows [start, end) (temperature, filters, seed, step), for sampling
-        a large batch in slices; penalties and masks are left out: the sampler applies them first."""
+        a large batch in slices; penalties, biases and masks are left out: the sampler applies them first."""
         return SamplingBatchInfo(
             temperatures=self.temperatures[start:end], top_ps=self.top_ps[start:end], top_ks=self.top_ks[start:end],
             min_ps=self.min_ps[start:end], seeds=self.seeds[start:end], steps=self.steps[start:end],

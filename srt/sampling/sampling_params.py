@@ -33,6 +33,9 @@ class SamplingParams:
     min_new_tokens: int = 0
     n: int = 1
     seed: Optional[int] = None
+    # token id -> bias added to that token's logit before sampling, in [-100, 100] (OpenAI's range);
+    # keys may be JSON strings ("42"); normalize() turns them into ints
+    logit_bias: Optional[dict[Union[str, int], float]] = None
     # Structured output (the constrained-decoding issue fills these in)
     json_schema: Optional[str] = None
     regex: Optional[str] = None
@@ -68,7 +71,9 @@ class SamplingParams:
 
     def normalize(self) -> "SamplingParams":
         """Return a copy with canonical values (stop as a tuple, greedy folded into temperature 0)."""
-        changes: dict[str, Any] = {"stop": self.stop_strs, "stop_token_ids": list(self.stop_token_ids or [])}
+        bias = {int(k): float(v) for k, v in self.logit_bias.items()} if self.logit_bias else None
+        changes: dict[str, Any] = {"stop": self.stop_strs, "stop_token_ids": list(self.stop_token_ids or []),
+                                   "logit_bias": bias}
         if self.is_greedy:
             changes.update(temperature=0.0, top_k=1)
         return dataclasses.replace(self, **changes)
@@ -103,6 +108,7 @@ class SamplingParams:
         if self.seed is not None:
             _check_int("seed", self.seed)
         self._verify_stop(vocab_size)
+        self._verify_logit_bias(vocab_size)
         for name in ("ignore_eos", "skip_special_tokens", "no_stop_trim", "spaces_between_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -121,6 +127,29 @@ class SamplingParams:
                 _check_int("stop_token_ids", tid, low=0)
                 if vocab_size is not None and tid >= vocab_size:
                     raise ValueError(f"stop_token_ids entry {tid} is outside the vocabulary (size {vocab_size})")
+
+    def _verify_logit_bias(self, vocab_size: Optional[int]) -> None:
+        if self.logit_bias is None:
+            return
+        if not isinstance(self.logit_bias, dict):
+            raise ValueError(f"logit_bias must be an object mapping token ids to biases, got {self.logit_bias!r}")
+        for key, bias in self.logit_bias.items():
+            token = _token_id(key)
+            if token is None or token < 0 or (vocab_size is not None and token >= vocab_size):
+                size = f" (size {vocab_size})" if vocab_size is not None else ""
+                raise ValueError(f"logit_bias key {key!r} is not a token id in the vocabulary{size}")
+            _check_number("logit_bias", bias)
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias values must be in [-100, 100], got {bias} for token {token}")
+
+
+def _token_id(key: Any) -> Optional[int]:
+    """A logit_bias key as a token id: an int, or a string of decimal digits (JSON object keys); else None."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.strip().isdigit():
+        return int(key)
+    return None
 
 
 def _check_number(name: str, value: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 try:
@@ -139,6 +140,25 @@ def test_logprobs(client: openai.OpenAI) -> None:
     assert lp.token_logprobs[0] is None and len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset)
     assert "".join(lp.tokens) == comp.choices[0].text
     assert all(len(top) == 2 for top in lp.top_logprobs[-3:])
+
+
+def test_logit_bias_steers_its_own_request_only(client: openai.OpenAI, http: httpx.Client) -> None:
+    prompt = "The capital of France is"
+    free = http.post("/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 4,
+                                                                           "temperature": 0}}).json()
+    first = free["output_ids"][0]
+    banned = http.post("/generate", json={"text": prompt, "sampling_params": {
+        "max_new_tokens": 4, "temperature": 0, "logit_bias": {str(first): -100}}}).json()
+    assert banned["output_ids"][0] != first
+    forced_id = http.post("/v1/tokenize", json={"prompt": " blue"}).json()["tokens"][0]
+    # a forced request and a plain one in flight together: the bias belongs to its row of the batch
+    with ThreadPoolExecutor(2) as pool:
+        forced = pool.submit(client.completions.create, model="default", prompt=prompt, max_tokens=4,
+                             logit_bias={str(forced_id): 100}, **GREEDY)
+        plain = pool.submit(client.completions.create, model="default", prompt=prompt, max_tokens=4, **GREEDY)
+    forced_text = http.post("/v1/detokenize", json={"tokens": [forced_id] * 4}).json()["text"]
+    assert forced.result().choices[0].text == forced_text
+    assert plain.result().choices[0].text == free["text"]
 
 
 def test_usage_reports_cached_tokens(client: openai.OpenAI) -> None:

@@ -46,6 +46,8 @@ CASES: list[tuple[str, Union[dict, bytes], int, str]] = [
     (COMP, {"model": "default", "prompt": "x", "stop_token_ids": [-1]}, 400, "stop_token_ids"),
     (COMP, {"model": "default", "prompt": "x", "seed": "abc"}, 400, "seed"),
     (COMP, {"model": "default", "prompt": "x", "logprobs": 50}, 400, "logprobs"),
+    (COMP, {"model": "default", "prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    (CHAT, {"model": "default", "messages": MSG, "logit_bias": {"5": 500}}, 400, "logit_bias"),
     (COMP, {"model": "default", "prompt": ""}, 400, "prompt"),
     (COMP, {"model": "default", "prompt": [10 ** 7]}, 400, "prompt"),
     (CHAT, {"model": "default", "messages": MSG, "response_format": {"type": "json_schema", "json_schema": {
@@ -61,6 +63,7 @@ CASES: list[tuple[str, Union[dict, bytes], int, str]] = [
     ("/generate", {"text": "x", "bogus": 1}, 400, "bogus"),
     ("/generate", {"sampling_params": {"max_new_tokens": 1}}, 400, "text"),
     ("/generate", {"text": "x", "sampling_params": {"temperatur": 1}}, 400, "temperatur"),
+    ("/generate", {"text": "x", "sampling_params": {"logit_bias": {"99999999": 1}}}, 400, "logit_bias"),
     ("/abort_request", {}, 400, "rid"),
     ("/v1/detokenize", {"tokens": [10 ** 7]}, 400, "tokens"),
 ]

@@ -88,8 +88,6 @@ async def read_request(raw_request: Request, cls: type[Req]) -> Req:
 
 def reject_unsupported(req: SamplingFields) -> None:
     """Fields that would change the output but are not implemented: a 400, never silence."""
-    if req.logit_bias:
-        raise OpenAIError("logit_bias is not supported yet", 400, "logit_bias")
     if req.tools:
         raise OpenAIError("tools (function calling) are not supported yet", 400, "tools")
     if req.stream_options is not None and not req.stream:
@@ -124,7 +122,7 @@ def sampling_params(req: SamplingFields, max_new_tokens: int, grammar_backend: s
         "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "n": req.n, "stop": req.stop, "stop_token_ids": req.stop_token_ids, "seed": req.seed,
         "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
-        "repetition_penalty": req.repetition_penalty, "ignore_eos": req.ignore_eos,
+        "repetition_penalty": req.repetition_penalty, "logit_bias": req.logit_bias, "ignore_eos": req.ignore_eos,
         "skip_special_tokens": req.skip_special_tokens, "no_stop_trim": req.no_stop_trim,
     }
 

@@ -9,7 +9,7 @@ from radixlm.entrypoints.openai.protocol import (
 )
 from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, build_usage, check_context_length, check_model, error_response, finish_reason, parse_json_body,
-    parse_model, reject_unsupported,
+    parse_model, reject_unsupported, sampling_params,
 )
 
 
@@ -56,10 +56,17 @@ def test_malformed_json() -> None:
 
 def test_unsupported_fields_are_rejected() -> None:
     req = parse_model(ChatCompletionRequest, {"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                              "logit_bias": {"42": 5.0}})
+                                              "tools": [{"type": "function", "function": {"name": "f"}}]})
     with pytest.raises(OpenAIError, match="not supported yet") as err:
         reject_unsupported(req)
-    assert err.value.param == "logit_bias"
+    assert err.value.param == "tools"
+
+
+def test_logit_bias_reaches_the_sampling_params() -> None:
+    req = parse_model(CompletionRequest, {"model": "m", "prompt": "x", "logit_bias": {"42": 5.0, "7": -100}})
+    reject_unsupported(req)  # supported: no error
+    assert sampling_params(req, 4)["logit_bias"] == {"42": 5.0, "7": -100.0}
+    assert sampling_params(parse_model(CompletionRequest, {"model": "m", "prompt": "x"}), 4)["logit_bias"] is None
 
 
 def test_model_and_context_checks() -> None:

@@ -1,4 +1,5 @@
-"""Sampler: greedy, masks (top-k/top-p/min-p, vocab mask), penalties, seeded determinism, distribution."""
+"""Sampler: greedy, masks (top-k/top-p/min-p, vocab mask), logit biases, penalties, seeded determinism,
+distribution."""
 
 from __future__ import annotations
 
@@ -130,3 +131,19 @@ def test_large_batches_are_sampled_in_slices_with_the_same_tokens(monkeypatch: p
     assert torch.equal(sliced, whole)
     assert torch.equal(whole[::4], logits[::4].argmax(-1))
     assert len(set(whole[1::4].tolist())) > 1 and not torch.equal(whole, logits.argmax(-1))  # a real draw
+
+
+def test_logit_bias_moves_greedy_and_sampled_choices() -> None:
+    """+100 on one token makes it every row's choice, greedy or sampled; -100 on the argmax bans it; a zero row
+    keeps its argmax, and the graph's precomputed argmax is not trusted once a bias is present."""
+    logits = torch.randn(3, 60)
+    bias = torch.zeros(3, 60)
+    bias[0, 17] = 100.0
+    bias[1, logits[1].argmax()] = -100.0
+    biased_greedy = info(3, 60, temperature=0.0, logit_bias=bias)
+    got = Sampler()(logits, biased_greedy, logits.argmax(-1))
+    assert got[0] == 17 and got[1] != logits[1].argmax() and got[1] == (logits[1] + bias[1]).argmax()
+    assert got[2] == logits[2].argmax()
+    for seed in range(4):
+        sampled = Sampler()(logits, info(3, 60, temperature=1.0, seed=seed, logit_bias=bias))
+        assert sampled[0] == 17 and sampled[1] != logits[1].argmax()

@@ -33,6 +33,12 @@ def test_unknown_key_is_named() -> None:
     ({"stop_token_ids": [10**9]}, "stop_token_ids"),
     ({"max_new_tokens": "8"}, "max_new_tokens"),
     ({"ignore_eos": 1}, "ignore_eos"),
+    ({"logit_bias": {"abc": 1.0}}, "logit_bias"),
+    ({"logit_bias": {"49152": 1.0}}, "logit_bias"),
+    ({"logit_bias": {"-3": 1.0}}, "logit_bias"),
+    ({"logit_bias": {"5": 100.5}}, "logit_bias"),
+    ({"logit_bias": {"5": float("nan")}}, "logit_bias"),
+    ({"logit_bias": [5, 1.0]}, "logit_bias"),
 ])
 def test_invalid_values_name_the_parameter(params: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
@@ -44,3 +50,10 @@ def test_normalize_folds_greedy_and_stop() -> None:
     assert p.temperature == 0.0 and p.top_k == 1 and p.stop == ("\n",)
     assert SamplingParams.from_dict({"top_k": 1}).normalize().temperature == 0.0
     assert SamplingParams.from_dict({"stop": ["a", ""]}).stop_strs == ("a",)
+
+
+def test_normalize_turns_logit_bias_keys_into_token_ids() -> None:
+    p = SamplingParams.from_dict({"logit_bias": {"42": 5, 7: -100}})
+    p.verify(vocab_size=49152)
+    assert p.normalize().logit_bias == {42: 5.0, 7: -100.0}
+    assert SamplingParams.from_dict({"logit_bias": {}}).normalize().logit_bias is None
