@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
+from radixlm.function_call.parsers import TOOL_CALL_PARSERS
+
 SCHEDULE_POLICIES = ("fcfs", "lpm", "lof", "dfs-weight", "random")
 ATTENTION_BACKENDS = ("torch_native", "triton", "flashinfer")
 GRAMMAR_BACKENDS = ("xgrammar", "none")
@@ -31,6 +33,7 @@ class ServerArgs:
     context_length: Optional[int] = None
     served_model_name: Optional[str] = None
     chat_template: Optional[str] = None
+    tool_call_parser: Optional[str] = None  # how tool calls look in the model's output: qwen25 | llama3
     trust_remote_code: bool = False
 
     # HTTP server
@@ -104,6 +107,8 @@ class ServerArgs:
         need(self.dtype in DTYPES, f"--dtype must be one of {DTYPES}")
         need(self.kv_cache_dtype in KV_CACHE_DTYPES, f"--kv-cache-dtype must be one of {KV_CACHE_DTYPES}")
         need(self.grammar_backend in GRAMMAR_BACKENDS, f"--grammar-backend must be one of {GRAMMAR_BACKENDS}")
+        need(self.tool_call_parser is None or self.tool_call_parser in TOOL_CALL_PARSERS,
+             f"--tool-call-parser must be one of {tuple(TOOL_CALL_PARSERS)}")
         need(self.tp_size >= 1, "--tp-size must be >= 1")
         need(self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes, "--node-rank must be in [0, --nnodes)")
         need(self.tp_size % self.nnodes == 0, "--tp-size must be divisible by --nnodes")
@@ -153,6 +158,6 @@ _CLI_TYPES = {
 _CLI_CHOICES = {
     "schedule_policy": SCHEDULE_POLICIES, "attention_backend": ATTENTION_BACKENDS,
     "grammar_backend": GRAMMAR_BACKENDS, "load_format": LOAD_FORMATS, "dtype": DTYPES,
-    "kv_cache_dtype": KV_CACHE_DTYPES,
+    "kv_cache_dtype": KV_CACHE_DTYPES, "tool_call_parser": tuple(TOOL_CALL_PARSERS),
     "device": ("auto", "cpu", "cuda"), "log_level": ("debug", "info", "warning", "error"),
 }

@@ -51,7 +51,8 @@ def create_app(tokenizer_manager: Any, server_args: ServerArgs) -> FastAPI:
     app = FastAPI(default_response_class=ORJSONResponse)
     app.state.server = ServerState(
         tokenizer_manager=tokenizer_manager, server_args=server_args,
-        chat=OpenAIServingChat(tokenizer_manager, load_chat_template(server_args.chat_template)),
+        chat=OpenAIServingChat(tokenizer_manager, load_chat_template(server_args.chat_template),
+                               server_args.tool_call_parser),
         completion=OpenAIServingCompletion(tokenizer_manager),
         tokenize=OpenAIServingTokenize(tokenizer_manager),
     )

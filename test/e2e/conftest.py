@@ -26,6 +26,7 @@ from radixlm import environ
 API_KEY = "radixlm-test-key"
 MAX_QUEUED_REQUESTS = 20
 MAX_TOTAL_TOKENS = 16384
+TOOL_CALL_PARSER = "llama3"  # SmolLM2 has no call format of its own; tests force the JSON a llama3 call is
 READY_MESSAGE = "The server is fired up and ready to roll!"
 
 
@@ -106,7 +107,8 @@ def server_starter() -> Callable[..., ServerHandle]:
 def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     log_path = tmp_path_factory.mktemp("http_server") / "server.log"
     handle = start_server(["--api-key", API_KEY, "--enable-metrics", "--max-queued-requests",
-                           str(MAX_QUEUED_REQUESTS), "--max-total-tokens", str(MAX_TOTAL_TOKENS)], log_path, API_KEY)
+                           str(MAX_QUEUED_REQUESTS), "--max-total-tokens", str(MAX_TOTAL_TOKENS),
+                           "--tool-call-parser", TOOL_CALL_PARSER], log_path, API_KEY)
     proc = handle.proc
     try:
         yield handle

@@ -1,8 +1,7 @@
 """Pydantic models of the OpenAI-compatible API (requests, responses, stream chunks, errors).
 
-Requests ignore fields they do not know (clients send many optional ones), but fields
-that change the output and are not implemented yet are declared here so the serving
-layer can reject them with a 400 instead of silently ignoring them.
+Requests ignore fields they do not know (clients send many optional ones); every field that
+changes the output is declared here and either used or rejected with a 400 by the serving layer.
 """
 
 from __future__ import annotations
@@ -66,9 +65,8 @@ class SamplingFields(BaseModel):
     rid: Optional[str] = None
     # text | json_object | json_schema {name, schema, strict}: maps onto the native json_schema
     response_format: Optional[Any] = None
-    # Declared only to be rejected (see serving_base.reject_unsupported).
+    # token id (a JSON key) -> bias in [-100, 100]
     logit_bias: Optional[dict[str, float]] = None
-    tools: Optional[list[Any]] = None
 
 
 class CompletionRequest(SamplingFields):
@@ -85,12 +83,48 @@ class TextContentPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # a JSON object, serialized (as OpenAI sends and expects it)
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None  # a JSON schema; None: any object
+    strict: Optional[bool] = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedToolChoiceFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedToolChoiceFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant", "developer"]
+    role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Optional[Union[str, list[TextContentPart]]] = None
     name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None  # an assistant turn that called tools
+    tool_call_id: Optional[str] = None  # a tool turn: the call it answers
 
     @field_validator("content", mode="before")
     @classmethod
@@ -117,6 +151,9 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: Optional[int] = None
     continue_final_message: bool = False
+    tools: Optional[list[Tool]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
+    parallel_tool_calls: bool = True
 
 
 # ---- completions responses ----------------------------------------------------------
@@ -170,6 +207,7 @@ class ChoiceLogprobs(BaseModel):
 class ChatResponseMessage(BaseModel):
     role: str = "assistant"
     content: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None
 
 
 class ChatCompletionChoice(BaseModel):
@@ -189,11 +227,17 @@ class ChatCompletionResponse(BaseModel):
     usage: Optional[UsageInfo] = None
 
 
+class DeltaToolCall(ToolCall):
+    index: int  # the call's position in the choice's list of calls
+
+
 class DeltaMessage(BaseModel):
-    """A stream delta carries only the keys it sets (`{"role": ...}`, `{"content": ...}` or `{}`)."""
+    """A stream delta carries only the keys it sets (`{"role": ...}`, `{"content": ...}`, `{"tool_calls": ...}`
+    or `{}`)."""
 
     role: Optional[str] = None
     content: Optional[str] = None
+    tool_calls: Optional[list[DeltaToolCall]] = None
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: Any) -> dict:

@@ -86,10 +86,8 @@ async def read_request(raw_request: Request, cls: type[Req]) -> Req:
     return parse_model(cls, parse_json_body(await raw_request.body()))
 
 
-def reject_unsupported(req: SamplingFields) -> None:
-    """Fields that would change the output but are not implemented: a 400, never silence."""
-    if req.tools:
-        raise OpenAIError("tools (function calling) are not supported yet", 400, "tools")
+def check_stream_options(req: SamplingFields) -> None:
+    """stream_options belongs to streamed requests only: a 400 rather than an option silently ignored."""
     if req.stream_options is not None and not req.stream:
         raise OpenAIError("stream_options is only allowed when stream is true", 400, "stream_options")
 

@@ -3,7 +3,8 @@
 The template is the tokenizer's own (`tokenizer_config.json`'s chat_template) unless
 `--chat-template` names a Jinja file. A stream sends, per choice, a role chunk, content
 deltas and a finish-reason chunk; then a usage chunk (stream_options.include_usage); then
-`[DONE]`.
+`[DONE]`. With tools (chat_tools.py), a call's text is held back and sent as whole tool calls
+before the finish-reason chunk, whose reason is then "tool_calls".
 """
 
 from __future__ import annotations
@@ -12,13 +13,18 @@ import dataclasses
 import os
 from typing import Any, AsyncIterator, Optional
 
+from radixlm.entrypoints.openai.chat_tools import (
+    ToolPlan, ToolRequestError, openai_tool_calls, plan_tools, template_message,
+)
 from radixlm.entrypoints.openai.protocol import (
     ChatCompletionChoice, ChatCompletionRequest, ChatCompletionResponse, ChatCompletionStreamResponse,
-    ChatResponseMessage, ChatStreamChoice, ChatTokenLogprob, ChoiceLogprobs, DeltaMessage, TopLogprob,
+    ChatResponseMessage, ChatStreamChoice, ChatTokenLogprob, ChoiceLogprobs, DeltaMessage, DeltaToolCall,
+    TopLogprob,
 )
+from radixlm.function_call import ToolStreamBuffer
 from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_model, finish_reason,
-    check_max_tokens, new_rid, reject_unsupported, sampling_params, sse, sse_stream, stream_usage, token_text,
+    check_max_tokens, new_rid, check_stream_options, sampling_params, sse, sse_stream, stream_usage, token_text,
 )
 from radixlm.managers.io_struct import GenerateReqInput
 
@@ -40,48 +46,58 @@ class ChatPlan:
     request: ChatCompletionRequest
     rid: str
     obj: GenerateReqInput
+    tools: Optional[ToolPlan] = None
 
 
 class OpenAIServingChat(OpenAIServingBase):
-    def __init__(self, tokenizer_manager: Any, chat_template: Optional[str] = None) -> None:
+    def __init__(self, tokenizer_manager: Any, chat_template: Optional[str] = None,
+                 tool_call_parser: Optional[str] = None) -> None:
         super().__init__(tokenizer_manager)
         self.chat_template = chat_template
+        self.tool_call_parser = tool_call_parser
 
     # ---- request -> plan --------------------------------------------------------------
 
     def plan(self, req: ChatCompletionRequest) -> ChatPlan:
         check_model(req.model, self.served_model_name)
-        reject_unsupported(req)
+        check_stream_options(req)
         if req.top_logprobs is not None:
             if not req.logprobs:
                 raise OpenAIError("top_logprobs requires logprobs to be true", 400, "top_logprobs")
             if not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
                 raise OpenAIError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}",
                                   400, "top_logprobs")
-        prompt_ids = self.prompt_ids(req)
+        grammar_backend = self.tokenizer_manager.server_args.grammar_backend
+        try:
+            tools = plan_tools(req, self.tool_call_parser, grammar_backend)
+        except ToolRequestError as exc:
+            raise OpenAIError(str(exc), 400, exc.param) from None
+        prompt_ids = self.prompt_ids(req, tools)
         max_new = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         check_max_tokens(max_new)
         check_context_length(len(prompt_ids), max_new, self.context_len)
         if max_new is None:
             max_new = self.context_len - len(prompt_ids)
         rid = new_rid(req)
+        params = sampling_params(req, max_new, grammar_backend)
+        if tools is not None and tools.json_schema is not None:
+            params["json_schema"] = tools.json_schema
         obj = GenerateReqInput(
-            input_ids=prompt_ids, rid=rid,
-            sampling_params=sampling_params(req, max_new, self.tokenizer_manager.server_args.grammar_backend),
+            input_ids=prompt_ids, rid=rid, sampling_params=params,
             return_logprob=req.logprobs, top_logprobs_num=req.top_logprobs or 0,
             return_text_in_logprobs=True, stream=req.stream, cache_salt=req.cache_salt,
         )
-        return ChatPlan(req, rid, obj)
+        return ChatPlan(req, rid, obj, tools)
 
-    def prompt_ids(self, req: ChatCompletionRequest) -> list[int]:
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                    for m in req.messages]
+    def prompt_ids(self, req: ChatCompletionRequest, tools: Optional[ToolPlan] = None) -> list[int]:
+        messages = [template_message(m) for m in req.messages]
         if req.continue_final_message and messages[-1]["role"] != "assistant":
             raise OpenAIError("continue_final_message needs the last message to be from the assistant",
                               400, "continue_final_message")
         try:
             prompt = self.tokenizer.apply_chat_template(
                 messages, tokenize=False, chat_template=self.chat_template,
+                tools=tools.template_tools if tools is not None else None,
                 add_generation_prompt=not req.continue_final_message,
                 continue_final_message=req.continue_final_message)
         except Exception as exc:  # jinja raise_exception / malformed template input
@@ -94,8 +110,14 @@ class OpenAIServingChat(OpenAIServingBase):
         choices = []
         for index, out in enumerate(outputs):
             reason, matched = finish_reason(out["meta_info"])
+            message = ChatResponseMessage(content=out["text"])
+            if plan.tools is not None:
+                content, calls = plan.tools.split(out["text"])
+                if calls:
+                    message = ChatResponseMessage(content=content, tool_calls=openai_tool_calls(calls))
+                    reason = "tool_calls"
             choices.append(ChatCompletionChoice(
-                index=index, message=ChatResponseMessage(content=out["text"]), finish_reason=reason,
+                index=index, message=message, finish_reason=reason,
                 matched_stop=matched, logprobs=self.logprobs(plan, out, 0)))
         return ChatCompletionResponse(id=f"chatcmpl-{plan.rid}", model=plan.request.model, choices=choices,
                                       usage=build_usage(outputs, plan.request.n))
@@ -142,8 +164,13 @@ class OpenAIServingChat(OpenAIServingBase):
 
         if index not in state.text_len:
             state.text_len[index] = state.tokens_sent[index] = 0
+            if plan.tools is not None:
+                state.buffers[index] = plan.tools.buffer()
             emit(DeltaMessage(role="assistant", content=""))
         delta = out["text"][state.text_len[index]:]
+        buffer = state.buffers.get(index)
+        if buffer is not None:
+            delta = buffer.feed(delta)
         logprobs = self.logprobs(plan, out, state.tokens_sent[index])
         state.text_len[index] = len(out["text"])
         state.tokens_sent[index] = len(out["meta_info"].get("output_token_logprobs") or [])
@@ -152,8 +179,22 @@ class OpenAIServingChat(OpenAIServingBase):
         reason, matched = finish_reason(out["meta_info"])
         if reason and index not in state.finished:
             state.finished.add(index)
+            if buffer is not None and plan.tools is not None:
+                reason = self.flush_tools(buffer, plan.tools, emit) or reason
             emit(DeltaMessage(), finish_reason=reason, matched_stop=matched)
         return chunks
+
+    @staticmethod
+    def flush_tools(buffer: ToolStreamBuffer, tools: ToolPlan, emit: Any) -> Optional[str]:
+        """Send what the buffer held: the calls (returning "tool_calls") or, when it was no call, content."""
+        rest, calls = buffer.finish(tools.names)
+        if rest:
+            emit(DeltaMessage(content=rest))
+        if not calls:
+            return None
+        emit(DeltaMessage(tool_calls=[DeltaToolCall(index=i, **call.model_dump())
+                                      for i, call in enumerate(openai_tool_calls(calls))]))
+        return "tool_calls"
 
 
 @dataclasses.dataclass
@@ -162,3 +203,4 @@ class _ChatStreamState:
     tokens_sent: dict[int, int] = dataclasses.field(default_factory=dict)
     last: dict[int, dict] = dataclasses.field(default_factory=dict)
     finished: set[int] = dataclasses.field(default_factory=set)
+    buffers: dict[int, ToolStreamBuffer] = dataclasses.field(default_factory=dict)

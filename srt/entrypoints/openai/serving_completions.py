@@ -10,7 +10,7 @@ from radixlm.entrypoints.openai.protocol import (
 )
 from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_model, finish_reason,
-    check_max_tokens, new_rid, reject_unsupported, sampling_params, sse, sse_stream, stream_usage, token_text,
+    check_max_tokens, new_rid, check_stream_options, sampling_params, sse, sse_stream, stream_usage, token_text,
 )
 from radixlm.managers.io_struct import GenerateReqInput
 
@@ -43,7 +43,7 @@ class OpenAIServingCompletion(OpenAIServingBase):
 
     def plan(self, req: CompletionRequest) -> CompletionPlan:
         check_model(req.model, self.served_model_name)
-        reject_unsupported(req)
+        check_stream_options(req)
         if req.suffix:
             raise OpenAIError("suffix is not supported", 400, "suffix")
         if req.best_of is not None and req.best_of != req.n:

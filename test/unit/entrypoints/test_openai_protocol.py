@@ -9,7 +9,7 @@ from radixlm.entrypoints.openai.protocol import (
 )
 from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, build_usage, check_context_length, check_model, error_response, finish_reason, parse_json_body,
-    parse_model, reject_unsupported, sampling_params,
+    parse_model, check_stream_options, sampling_params,
 )
 
 
@@ -54,17 +54,16 @@ def test_malformed_json() -> None:
         parse_json_body(b"[]")
 
 
-def test_unsupported_fields_are_rejected() -> None:
-    req = parse_model(ChatCompletionRequest, {"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                              "tools": [{"type": "function", "function": {"name": "f"}}]})
-    with pytest.raises(OpenAIError, match="not supported yet") as err:
-        reject_unsupported(req)
-    assert err.value.param == "tools"
+def test_stream_options_need_a_stream() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": True}}
+    with pytest.raises(OpenAIError, match="stream is true") as err:
+        check_stream_options(parse_model(ChatCompletionRequest, body))
+    assert err.value.param == "stream_options"
+    check_stream_options(parse_model(ChatCompletionRequest, {**body, "stream": True}))
 
 
 def test_logit_bias_reaches_the_sampling_params() -> None:
     req = parse_model(CompletionRequest, {"model": "m", "prompt": "x", "logit_bias": {"42": 5.0, "7": -100}})
-    reject_unsupported(req)  # supported: no error
     assert sampling_params(req, 4)["logit_bias"] == {"42": 5.0, "7": -100.0}
     assert sampling_params(parse_model(CompletionRequest, {"model": "m", "prompt": "x"}), 4)["logit_bias"] is None
 

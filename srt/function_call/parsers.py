@@ -1,0 +1,126 @@
+"""Tool-call parsers, one per model family's output format, in a registry keyed by `--tool-call-parser`.
+
+`qwen25`: Qwen2.5 / Hermes, each call a JSON object `{"name": ..., "arguments": {...}}` between `<tool_call>` and
+`</tool_call>` (a last call may lack the closing tag when generation stopped there). `llama3`: Llama 3.1/3.2, the
+output (optionally after `<|python_tag|>`) is one or more JSON objects `{"name": ..., "parameters": {...}}`
+separated by `;`. A parse either finds calls that all name a declared tool, or leaves the text as content.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+
+@dataclass(frozen=True)
+class ToolCallItem:
+    name: str
+    arguments: str  # a JSON object, serialized
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    content: Optional[str]  # the text outside the calls (None when empty)
+    calls: list[ToolCallItem]
+
+
+class ToolParser:
+    """Finds tool calls in a completed output. `markers` start a call anywhere in the text; `start_markers` only
+    at the start of the output (after whitespace); the stream buffer holds text back from the first of either."""
+
+    name: ClassVar[str] = ""
+    markers: ClassVar[tuple[str, ...]] = ()
+    start_markers: ClassVar[tuple[str, ...]] = ()
+
+    def parse(self, text: str, tool_names: set[str]) -> ParseResult:
+        start = self.call_start(text)
+        if start is None:
+            return ParseResult(text or None, [])
+        calls = self.parse_calls(text[start:])
+        if not calls or any(c.name not in tool_names for c in calls):
+            return ParseResult(text or None, [])
+        head = text[:start]
+        return ParseResult(head if head.strip() else None, calls)
+
+    def call_start(self, text: str) -> Optional[int]:
+        """Where the first call starts, or None."""
+        found = [i for i in (text.find(m) for m in self.markers) if i >= 0]
+        stripped = len(text) - len(text.lstrip())
+        if any(text.startswith(m, stripped) for m in self.start_markers):
+            found.append(stripped)
+        return min(found) if found else None
+
+    def parse_calls(self, text: str) -> list[ToolCallItem]:
+        """The calls in `text` (which starts at the first call); [] when any is malformed."""
+        raise NotImplementedError
+
+
+def _call_item(obj: object, args_keys: tuple[str, ...]) -> Optional[ToolCallItem]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = next((obj[k] for k in args_keys if k in obj), {})
+    if isinstance(args, str):  # some models emit the arguments already serialized
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return ToolCallItem(obj["name"], json.dumps(args, ensure_ascii=False))
+
+
+class Qwen25Parser(ToolParser):
+    name = "qwen25"
+    markers = ("<tool_call>",)
+    _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+    def parse_calls(self, text: str) -> list[ToolCallItem]:
+        calls = []
+        for body in self._BLOCK.findall(text):
+            try:
+                item = _call_item(json.loads(body), ("arguments", "parameters"))
+            except json.JSONDecodeError:
+                return []
+            if item is None:
+                return []
+            calls.append(item)
+        return calls
+
+
+class Llama3Parser(ToolParser):
+    name = "llama3"
+    markers = ("<|python_tag|>",)
+    start_markers = ("{",)
+
+    def parse_calls(self, text: str) -> list[ToolCallItem]:
+        rest = text.replace("<|python_tag|>", "").strip()
+        decoder = json.JSONDecoder()
+        calls = []
+        while rest:
+            try:
+                obj, end = decoder.raw_decode(rest)
+            except json.JSONDecodeError:
+                return []
+            item = _call_item(obj, ("parameters", "arguments"))
+            if item is None:
+                return []
+            calls.append(item)
+            rest = rest[end:].strip()
+            if rest.startswith(";"):
+                rest = rest[1:].strip()
+            elif rest:
+                return []  # text after a call that is not another call
+        return calls
+
+
+TOOL_CALL_PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (Qwen25Parser, Llama3Parser)}
+
+
+def get_tool_parser(name: Optional[str]) -> Optional[ToolParser]:
+    if name is None:
+        return None
+    if name not in TOOL_CALL_PARSERS:
+        raise ValueError(f"--tool-call-parser must be one of {tuple(TOOL_CALL_PARSERS)}, got {name!r}")
+    return TOOL_CALL_PARSERS[name]()

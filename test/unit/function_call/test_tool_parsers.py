@@ -1,0 +1,88 @@
+"""radixlm.function_call: the parsers, the forced-call schemas and the stream buffer, on hand-written outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixlm.function_call import ToolCallItem, ToolStreamBuffer, constrained_calls, get_tool_parser, tool_choice_schema
+
+NAMES = {"get_weather", "get_time"}
+QWEN_TWO_CALLS = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+                  '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+WEATHER = ToolCallItem("get_weather", '{"city": "Paris"}')
+TIME = ToolCallItem("get_time", "{}")
+
+
+def test_qwen25_finds_every_call_and_keeps_the_text_before() -> None:
+    result = get_tool_parser("qwen25").parse(QWEN_TWO_CALLS, NAMES)
+    assert result.calls == [WEATHER, TIME] and result.content == "Let me check.\n"
+
+
+def test_qwen25_takes_a_last_call_without_its_closing_tag_and_serialized_arguments() -> None:
+    result = get_tool_parser("qwen25").parse('<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": '
+                                             '\\"Paris\\"}"}', NAMES)
+    assert result.calls == [WEATHER] and result.content is None
+
+
+@pytest.mark.parametrize("text", [
+    "No call here.",
+    '<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>',  # malformed JSON
+    '<tool_call>{"name": "launch_rockets", "arguments": {}}</tool_call>',  # not a declared tool
+    '<tool_call>{"arguments": {}}</tool_call>',  # no name
+])
+def test_qwen25_leaves_anything_else_as_content(text: str) -> None:
+    result = get_tool_parser("qwen25").parse(text, NAMES)
+    assert result.calls == [] and result.content == text
+
+
+def test_llama3_calls_with_and_without_the_python_tag() -> None:
+    parser = get_tool_parser("llama3")
+    two = ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+           '{"name": "get_time", "parameters": {}}')
+    assert parser.parse(two, NAMES).calls == [WEATHER, TIME]
+    assert parser.parse('  {"name": "get_time", "parameters": {}}', NAMES).calls == [TIME]
+    for text in ('The JSON {"name": "get_time", "parameters": {}} is mid-sentence',
+                 '{"name": "get_time", "parameters": {}} and then prose', '{"name": "get_time", "parameters": [1]}'):
+        assert parser.parse(text, NAMES).calls == [] and parser.parse(text, NAMES).content == text
+
+
+def test_unknown_parser_is_named() -> None:
+    with pytest.raises(ValueError, match="--tool-call-parser"):
+        get_tool_parser("mystery")
+
+
+@pytest.mark.parametrize("piece", [1, 3, 7, 1000])
+def test_stream_buffer_sends_the_same_content_and_calls_in_any_pieces(piece: int) -> None:
+    buffer = ToolStreamBuffer(get_tool_parser("qwen25"))
+    sent = "".join(buffer.feed(QWEN_TWO_CALLS[i:i + piece]) for i in range(0, len(QWEN_TWO_CALLS), piece))
+    assert sent == "Let me check.\n"  # never a piece of the marker
+    assert buffer.finish(NAMES) == ("", [WEATHER, TIME])
+
+
+def test_stream_buffer_releases_held_text_that_was_no_call() -> None:
+    buffer = ToolStreamBuffer(get_tool_parser("qwen25"))
+    assert buffer.feed("a <tool") == "a "
+    assert buffer.feed("box>") == "<toolbox>"
+    assert buffer.feed(" <tool_call> {oops") == " "
+    assert buffer.finish(NAMES) == ("<tool_call> {oops", [])
+    llama = ToolStreamBuffer(get_tool_parser("llama3"))
+    assert llama.feed("  ") == "" and llama.feed("Hi") == "  Hi"  # leading whitespace waits for the first word
+
+
+def test_forced_schemas_and_their_outputs() -> None:
+    functions = {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}, "get_time": None}
+    assert tool_choice_schema(functions, "get_weather", True) == functions["get_weather"]
+    assert tool_choice_schema(functions, "get_time", True) == {"type": "object"}
+    required = tool_choice_schema(functions, None, False)
+    assert required["minItems"] == 1 and required["maxItems"] == 1
+    assert [item["properties"]["name"] for item in required["items"]["anyOf"]] == [{"const": "get_weather"},
+                                                                                  {"const": "get_time"}]
+    assert "maxItems" not in tool_choice_schema(functions, None, True)
+    assert constrained_calls('{"city": "Paris"}', "get_weather", NAMES) == [WEATHER]
+    array = json.dumps([{"name": "get_weather", "parameters": {"city": "Paris"}},
+                        {"name": "get_time", "parameters": {}}])
+    assert constrained_calls(array, None, NAMES) == [WEATHER, TIME]
+    for text, name in (('{"city": ', "get_weather"), ("[]", None), ('[{"name": "x", "parameters": {}}]', None)):
+        assert constrained_calls(text, name, NAMES) == []
