@@ -21,11 +21,11 @@ from radixlm.entrypoints.openai.protocol import (
     ChatResponseMessage, ChatStreamChoice, ChatTokenLogprob, ChoiceLogprobs, DeltaMessage, DeltaToolCall,
     TopLogprob,
 )
-from radixlm.function_call import ToolStreamBuffer
 from radixlm.entrypoints.openai.serving_base import (
-    OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_model, finish_reason,
-    check_max_tokens, new_rid, check_stream_options, sampling_params, sse, sse_stream, stream_usage, token_text,
+    OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_max_tokens, check_model,
+    check_stream_options, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage, token_text,
 )
+from radixlm.function_call import ToolStreamBuffer
 from radixlm.managers.io_struct import GenerateReqInput
 
 MAX_TOP_LOGPROBS = 20

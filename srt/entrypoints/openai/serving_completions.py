@@ -9,8 +9,8 @@ from radixlm.entrypoints.openai.protocol import (
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, CompletionStreamResponse,
 )
 from radixlm.entrypoints.openai.serving_base import (
-    OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_model, finish_reason,
-    check_max_tokens, new_rid, check_stream_options, sampling_params, sse, sse_stream, stream_usage, token_text,
+    OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_max_tokens, check_model,
+    check_stream_options, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage, token_text,
 )
 from radixlm.managers.io_struct import GenerateReqInput
 

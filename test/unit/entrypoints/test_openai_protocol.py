@@ -8,8 +8,8 @@ from radixlm.entrypoints.openai.protocol import (
     ChatCompletionRequest, ChatStreamChoice, CompletionRequest, DeltaMessage,
 )
 from radixlm.entrypoints.openai.serving_base import (
-    OpenAIError, build_usage, check_context_length, check_model, error_response, finish_reason, parse_json_body,
-    parse_model, check_stream_options, sampling_params,
+    OpenAIError, build_usage, check_context_length, check_model, check_stream_options, error_response,
+    finish_reason, parse_json_body, parse_model, sampling_params,
 )
 
 
