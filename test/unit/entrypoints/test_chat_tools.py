@@ -55,3 +55,37 @@ def test_template_message_passes_tool_turns() -> None:
     assert assistant["content"] == "" and assistant["tool_calls"][0]["function"]["arguments"] == {"zone": "UTC"}
     tool = template_message(ChatMessage.model_validate({"role": "tool", "tool_call_id": "call_1", "content": "12:00"}))
     assert tool == {"role": "tool", "content": "12:00", "tool_call_id": "call_1"}
+
+
+# A tool-aware ChatML template written for this test (SmolLM2's own ignores `tools`)
+TOOL_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
+    "{{ t.function.parameters | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}"
+    "{%- else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_tools_and_tool_turns_reach_the_chat_template(smollm2_dir: str) -> None:
+    from types import SimpleNamespace
+
+    from radixlm.entrypoints.openai.serving_chat import OpenAIServingChat
+    from radixlm.model_loader.tokenizer import get_tokenizer
+
+    tokenizer = get_tokenizer(smollm2_dir)
+    chat = OpenAIServingChat(SimpleNamespace(tokenizer=tokenizer), TOOL_TEMPLATE, "qwen25")
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": '{"zone": "UTC"}'}}
+    messages = [{"role": "user", "content": "Time?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]
+
+    def rendered(**fields: object) -> str:
+        req = request(messages=messages, **fields)
+        return tokenizer.decode(chat.prompt_ids(req, plan_tools(req, "qwen25", "xgrammar")))
+
+    with_tools = rendered(tools=[TOOL])
+    assert 'Tools: get_time{"type": "object"}' in with_tools
+    assert '<tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>' in with_tools
+    assert "<|im_start|>tool\n12:00<|im_end|>" in with_tools
+    without = rendered(tools=[TOOL], tool_choice="none")
+    assert "Tools:" not in without and "<tool_call>" in without  # "none": the history stays, the tools go
