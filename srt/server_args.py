@@ -33,7 +33,7 @@ class ServerArgs:
     context_length: Optional[int] = None
     served_model_name: Optional[str] = None
     chat_template: Optional[str] = None
-    tool_call_parser: Optional[str] = None  # how tool calls look in the model's output: qwen25 | llama3
+    tool_call_parser: Optional[str] = None  # how tool calls look in the output: qwen25 | llama3 | mistral | pythonic
     trust_remote_code: bool = False
 
     # HTTP server

@@ -3,11 +3,14 @@
 `qwen25`: Qwen2.5 / Hermes, each call a JSON object `{"name": ..., "arguments": {...}}` between `<tool_call>` and
 `</tool_call>` (a last call may lack the closing tag when generation stopped there). `llama3`: Llama 3.1/3.2, the
 output (optionally after `<|python_tag|>`) is one or more JSON objects `{"name": ..., "parameters": {...}}`
-separated by `;`. A parse either finds calls that all name a declared tool, or leaves the text as content.
+separated by `;`. `mistral`: `[TOOL_CALLS]` then a JSON array of `{"name": ..., "arguments": {...}}`.
+`pythonic`: a Python list of calls with keyword arguments. A parse either finds calls that all name a declared
+tool, or leaves the text as content.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -90,6 +93,8 @@ class Qwen25Parser(ToolParser):
 
 
 class Llama3Parser(ToolParser):
+    """`<|python_tag|>` is a special token, so with `skip_special_tokens` the text may start at the JSON."""
+
     name = "llama3"
     markers = ("<|python_tag|>",)
     start_markers = ("{",)
@@ -115,7 +120,58 @@ class Llama3Parser(ToolParser):
         return calls
 
 
-TOOL_CALL_PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (Qwen25Parser, Llama3Parser)}
+class MistralParser(ToolParser):
+    """`[TOOL_CALLS]` is a special token, so with `skip_special_tokens` the text may hold the array alone."""
+
+    name = "mistral"
+    markers = ("[TOOL_CALLS]",)
+    start_markers = ("[",)
+
+    def parse_calls(self, text: str) -> list[ToolCallItem]:
+        body = text.replace("[TOOL_CALLS]", "", 1).strip()
+        try:
+            value, end = json.JSONDecoder().raw_decode(body)
+        except json.JSONDecodeError:
+            return []
+        entries = value if isinstance(value, list) else [value]
+        calls = [_call_item(entry, ("arguments", "parameters")) for entry in entries]
+        if not calls or body[end:].strip() or any(c is None for c in calls):
+            return []
+        return [c for c in calls if c is not None]
+
+
+class PythonicParser(ToolParser):
+    """Llama 3.2 / Llama 4's pythonic form: `[get_weather(city="Paris"), get_time()]`, keyword arguments with
+    literal values, optionally between `<|python_start|>` and `<|python_end|>`."""
+
+    name = "pythonic"
+    markers = ("<|python_start|>",)
+    start_markers = ("[",)
+
+    def parse_calls(self, text: str) -> list[ToolCallItem]:
+        body = text.replace("<|python_start|>", "").replace("<|python_end|>", "").strip()
+        try:
+            tree = ast.parse(body, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return []
+        if not isinstance(tree, ast.List) or not tree.elts:
+            return []
+        calls = []
+        for node in tree.elts:
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+                return []
+            try:
+                arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg is not None}
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                return []
+            if len(arguments) != len(node.keywords):
+                return []
+            calls.append(ToolCallItem(node.func.id, json.dumps(arguments, ensure_ascii=False)))
+        return calls
+
+
+TOOL_CALL_PARSERS: dict[str, type[ToolParser]] = {
+    p.name: p for p in (Qwen25Parser, Llama3Parser, MistralParser, PythonicParser)}
 
 
 def get_tool_parser(name: Optional[str]) -> Optional[ToolParser]:

@@ -48,6 +48,27 @@ def test_llama3_calls_with_and_without_the_python_tag() -> None:
         assert parser.parse(text, NAMES).calls == [] and parser.parse(text, NAMES).content == text
 
 
+def test_mistral_with_and_without_its_control_token() -> None:
+    parser = get_tool_parser("mistral")
+    body = '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {}}]'
+    result = parser.parse("Sure. [TOOL_CALLS] " + body, NAMES)
+    assert result.calls == [WEATHER, TIME] and result.content == "Sure. "
+    assert parser.parse(body, NAMES).calls == [WEATHER, TIME]  # the special token skipped by detokenization
+    for text in (body + " and more", "[1, 2]", "[TOOL_CALLS] [{oops"):
+        assert parser.parse(text, NAMES).calls == []
+
+
+def test_pythonic_keyword_calls_with_literal_values() -> None:
+    parser = get_tool_parser("pythonic")
+    result = parser.parse('[get_weather(city="Paris"), get_time()]', NAMES)
+    assert result.calls == [WEATHER, TIME]
+    typed = parser.parse('<|python_start|>[get_time(days=3, hourly=True, tags=["a"])]<|python_end|>', NAMES)
+    assert [json.loads(c.arguments) for c in typed.calls] == [{"days": 3, "hourly": True, "tags": ["a"]}]
+    for text in ('[get_time(zone=os.environ)]', '[get_time("UTC")]', "[1, 2]", "[get_time(", "[]",
+                 '[launch_rockets()]'):
+        assert parser.parse(text, NAMES).calls == [] and parser.parse(text, NAMES).content == text
+
+
 def test_unknown_parser_is_named() -> None:
     with pytest.raises(ValueError, match="--tool-call-parser"):
         get_tool_parser("mystery")
