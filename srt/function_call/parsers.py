@@ -39,13 +39,16 @@ class ToolParser:
 
     def parse(self, text: str, tool_names: set[str]) -> ParseResult:
         start = self.call_start(text)
-        if start is None:
-            return ParseResult(text or None, [])
-        calls = self.parse_calls(text[start:])
-        if not calls or any(c.name not in tool_names for c in calls):
+        calls = [] if start is None else self.declared_calls(text[start:], tool_names)
+        if start is None or not calls:
             return ParseResult(text or None, [])
         head = text[:start]
         return ParseResult(head if head.strip() else None, calls)
+
+    def declared_calls(self, text: str, tool_names: set[str]) -> list[ToolCallItem]:
+        """The calls in `text` (from the first call on) if every one names a declared tool, else []."""
+        calls = self.parse_calls(text)
+        return calls if all(c.name in tool_names for c in calls) else []
 
     def call_start(self, text: str) -> Optional[int]:
         """Where the first call starts, or None."""

@@ -41,8 +41,7 @@ class ToolStreamBuffer:
         if self.forced:
             calls = constrained_calls(rest, self.forced_name, tool_names)
         elif self.holding and self.parser is not None:
-            calls = self.parser.parse_calls(rest)
-            calls = calls if calls and all(c.name in tool_names for c in calls) else []
+            calls = self.parser.declared_calls(rest, tool_names)
         else:
             calls = []
         self.sent = len(self.text)

@@ -34,16 +34,15 @@ class ToolPlan:
     functions: dict[str, Optional[dict]]  # tool name -> its parameters schema
     template_tools: list[dict]  # the request's tools, as the chat template takes them
     parser: Optional[ToolParser]  # "auto"
-    forced: bool  # "required" or named
     forced_name: Optional[str]  # named
-    json_schema: Optional[str]  # the forced output's schema
+    json_schema: Optional[str]  # the forced output's schema ("required" or named)
 
     @property
     def names(self) -> set[str]:
         return set(self.functions)
 
     def buffer(self) -> ToolStreamBuffer:
-        return ToolStreamBuffer(self.parser, forced=self.forced, forced_name=self.forced_name)
+        return ToolStreamBuffer(self.parser, forced=self.json_schema is not None, forced_name=self.forced_name)
 
     def split(self, text: str) -> tuple[Optional[str], list[ToolCallItem]]:
         """A finished output -> (content, calls)."""
@@ -74,7 +73,7 @@ def plan_tools(req: ChatCompletionRequest, parser_name: Optional[str], grammar_b
                 "tool_choice 'auto' (the default with tools) needs the server started with --tool-call-parser "
                 f"(one of {', '.join(TOOL_CALL_PARSERS)}); 'required' or a named function work without one",
                 "tool_choice")
-        return ToolPlan(functions, template_tools, get_tool_parser(parser_name), False, None, None)
+        return ToolPlan(functions, template_tools, get_tool_parser(parser_name), None, None)
     name = None if choice == "required" else choice.function.name
     if name is not None and name not in functions:
         raise ToolRequestError(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
@@ -86,7 +85,7 @@ def plan_tools(req: ChatCompletionRequest, parser_name: Optional[str], grammar_b
         validate_grammar_request("json", schema, param="tools", backend=grammar_backend)
     except ValueError as exc:
         raise ToolRequestError(str(exc), "tools") from None
-    return ToolPlan(functions, template_tools, None, True, name, schema)
+    return ToolPlan(functions, template_tools, None, name, schema)
 
 
 def template_message(message: ChatMessage) -> dict[str, Any]:

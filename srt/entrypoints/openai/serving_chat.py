@@ -179,14 +179,16 @@ class OpenAIServingChat(OpenAIServingBase):
         reason, matched = finish_reason(out["meta_info"])
         if reason and index not in state.finished:
             state.finished.add(index)
-            if buffer is not None and plan.tools is not None:
+            if buffer is not None:
                 reason = self.flush_tools(buffer, plan.tools, emit) or reason
             emit(DeltaMessage(), finish_reason=reason, matched_stop=matched)
         return chunks
 
     @staticmethod
-    def flush_tools(buffer: ToolStreamBuffer, tools: ToolPlan, emit: Any) -> Optional[str]:
-        """Send what the buffer held: the calls (returning "tool_calls") or, when it was no call, content."""
+    def flush_tools(buffer: ToolStreamBuffer, tools: Optional[ToolPlan], emit: Any) -> Optional[str]:
+        """Send what the buffer held (a buffer exists only with tools): the calls (returning "tool_calls") or,
+        when it was no call, content."""
+        assert tools is not None
         rest, calls = buffer.finish(tools.names)
         if rest:
             emit(DeltaMessage(content=rest))
