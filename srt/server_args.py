@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from radixlm.function_call.parsers import TOOL_CALL_PARSERS
+from radixlm.reasoning_parser import REASONING_PARSERS
 
 SCHEDULE_POLICIES = ("fcfs", "lpm", "lof", "dfs-weight", "random")
 ATTENTION_BACKENDS = ("torch_native", "triton", "flashinfer")
@@ -34,6 +35,7 @@ class ServerArgs:
     served_model_name: Optional[str] = None
     chat_template: Optional[str] = None
     tool_call_parser: Optional[str] = None  # how tool calls look in the output: qwen25 | llama3 | mistral | pythonic
+    reasoning_parser: Optional[str] = None  # how thinking is marked: deepseek-r1 | deepseek-v3 | qwen3 | ... | kimi
     trust_remote_code: bool = False
 
     # HTTP server
@@ -109,6 +111,8 @@ class ServerArgs:
         need(self.grammar_backend in GRAMMAR_BACKENDS, f"--grammar-backend must be one of {GRAMMAR_BACKENDS}")
         need(self.tool_call_parser is None or self.tool_call_parser in TOOL_CALL_PARSERS,
              f"--tool-call-parser must be one of {tuple(TOOL_CALL_PARSERS)}")
+        need(self.reasoning_parser is None or self.reasoning_parser in REASONING_PARSERS,
+             f"--reasoning-parser must be one of {tuple(REASONING_PARSERS)}")
         need(self.tp_size >= 1, "--tp-size must be >= 1")
         need(self.nnodes >= 1 and 0 <= self.node_rank < self.nnodes, "--node-rank must be in [0, --nnodes)")
         need(self.tp_size % self.nnodes == 0, "--tp-size must be divisible by --nnodes")
@@ -159,5 +163,6 @@ _CLI_CHOICES = {
     "schedule_policy": SCHEDULE_POLICIES, "attention_backend": ATTENTION_BACKENDS,
     "grammar_backend": GRAMMAR_BACKENDS, "load_format": LOAD_FORMATS, "dtype": DTYPES,
     "kv_cache_dtype": KV_CACHE_DTYPES, "tool_call_parser": tuple(TOOL_CALL_PARSERS),
+    "reasoning_parser": tuple(REASONING_PARSERS),
     "device": ("auto", "cpu", "cuda"), "log_level": ("debug", "info", "warning", "error"),
 }

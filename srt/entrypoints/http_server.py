@@ -29,6 +29,7 @@ from radixlm.entrypoints.openai.serving_completions import OpenAIServingCompleti
 from radixlm.entrypoints.openai.serving_tokenize import OpenAIServingTokenize
 from radixlm.managers import hop_trace
 from radixlm.managers.io_struct import GenerateReqInput
+from radixlm.reasoning_parser import REASONING_PARSERS, separate
 from radixlm.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def create_app(tokenizer_manager: Any, server_args: ServerArgs) -> FastAPI:
     app.state.server = ServerState(
         tokenizer_manager=tokenizer_manager, server_args=server_args,
         chat=OpenAIServingChat(tokenizer_manager, load_chat_template(server_args.chat_template),
-                               server_args.tool_call_parser),
+                               server_args.tool_call_parser, server_args.reasoning_parser),
         completion=OpenAIServingCompletion(tokenizer_manager),
         tokenize=OpenAIServingTokenize(tokenizer_manager),
     )
@@ -143,6 +144,7 @@ def _add_native_routes(app: FastAPI) -> None:
     app.add_api_route("/get_server_info", _get_server_info, methods=["GET"])
     app.add_api_route("/flush_cache", _flush_cache, methods=["GET", "POST"])
     app.add_api_route("/abort_request", _abort_request, methods=["POST"])
+    app.add_api_route("/separate_reasoning", _separate_reasoning, methods=["POST"])
 
 
 def native_request(body: dict) -> GenerateReqInput:
@@ -232,6 +234,21 @@ async def _abort_request(raw_request: Request) -> Response:
         raise OpenAIError("abort_request needs a rid or abort_all: true", 400, "rid")
     _state(raw_request).tokenizer_manager.abort_request(rid=rid, abort_all=abort_all)
     return Response(status_code=200)
+
+
+async def _separate_reasoning(raw_request: Request) -> dict:
+    """`{"text", "reasoning_parser"}` -> `{"text": the answer, "reasoning_text"}` (the parser defaults to the
+    server's `--reasoning-parser`; with no prompt to read, the output starts in the block for `always` formats)."""
+    body = parse_json_body(await raw_request.body())
+    text, name = body.get("text"), body.get("reasoning_parser", _state(raw_request).server_args.reasoning_parser)
+    if not isinstance(text, str):
+        raise OpenAIError("separate_reasoning takes {\"text\": str, \"reasoning_parser\": str}", 400, "text")
+    if name not in REASONING_PARSERS:
+        raise OpenAIError(f"reasoning_parser must be one of {tuple(REASONING_PARSERS)}, got {name!r}", 400,
+                          "reasoning_parser")
+    fmt = REASONING_PARSERS[name]
+    reasoning, content = separate(text, fmt, fmt.always)
+    return {"text": content, "reasoning_text": reasoning or ""}
 
 
 async def _metrics(raw_request: Request) -> Response:

@@ -9,6 +9,9 @@ compile. An invalid grammar or a compile timeout ends the request with an abort 
 Tensor parallelism: every rank compiles for itself, and compile times differ between
 ranks, so with `tp_size > 1` `poll` waits until every queued grammar is done (or timed
 out); each rank then moves the same requests in the same order and forms the same batches.
+
+With `--reasoning-parser`, a request with `require_reasoning` gets its matcher wrapped in a ReasonerGrammar:
+the constraint starts after the thinking block's end tag.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import logging
 from typing import Any, Callable
 
 from radixlm.constrained import GrammarError, create_grammar_backend, grammar_key
+from radixlm.constrained.reasoner import ReasonerGrammar
 from radixlm.managers.schedule_batch import Req
+from radixlm.reasoning_parser import get_reasoning_format
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +40,10 @@ class GrammarManager:
         self.backend = create_grammar_backend(server_args.grammar_backend, tokenizer, model_config.vocab_size,
                                               stop_token_ids=sorted(eos_ids))
         self.wait_for_all = server_args.tp_size > 1
+        self.think_end_ids: list[int] = []
+        if server_args.reasoning_parser is not None:
+            end_tag = get_reasoning_format(server_args.reasoning_parser).end
+            self.think_end_ids = tokenizer.encode(end_tag, add_special_tokens=False)
         self.queue: list[Req] = []
 
     def add(self, req: Req) -> bool:
@@ -68,7 +77,8 @@ class GrammarManager:
                 req.finished_reason = grammar_abort(str(result))
                 failed.append(req)
             else:
-                req.grammar = result
+                req.grammar = ReasonerGrammar(result, self.think_end_ids) \
+                    if req.require_reasoning and self.think_end_ids else result
                 ready.append(req)
         self.queue = keep
         return ready, failed

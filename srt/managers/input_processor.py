@@ -92,6 +92,9 @@ def expand_request(obj: GenerateReqInput, tokenizer: Any, context_len: int, voca
     start_lens = _per_prompt(obj.logprob_start_len, num, "logprob_start_len")
     top_nums = _per_prompt(obj.top_logprobs_num, num, "top_logprobs_num")
     salts = _per_prompt(obj.cache_salt, num, "cache_salt")
+    reasoning = _per_prompt(obj.require_reasoning, num, "require_reasoning")
+    if not all(isinstance(r, bool) for r in reasoning):
+        raise ValueError(f"require_reasoning must be a bool (or one per prompt), got {obj.require_reasoning!r}")
     reqs: list[TokenizedGenerateReqInput] = []
     for i, (ids, params) in enumerate(zip(prompts, params_list)):
         _check_lengths(ids, params, context_len, vocab_size)
@@ -106,7 +109,7 @@ def expand_request(obj: GenerateReqInput, tokenizer: Any, context_len: int, voca
             reqs.append(TokenizedGenerateReqInput(
                 rid=base_rid if n == 1 else f"{base_rid}-{k}", input_ids=ids, sampling_params=sample_params,
                 stream=obj.stream, return_logprob=bool(return_logprob[i]), logprob_start_len=start_lens[i],
-                top_logprobs_num=top_nums[i], cache_salt=salts[i]))
+                top_logprobs_num=top_nums[i], cache_salt=salts[i], require_reasoning=reasoning[i]))
     return ExpandedRequest(reqs, is_batch or n > 1, num, n, obj.return_text_in_logprobs)
 
 

@@ -23,6 +23,8 @@ class GenerateReqInput:
     stream: bool = False
     cache_salt: Optional[Union[str, list[str]]] = None
     log_metrics: bool = True
+    # the output starts inside a reasoning block: a grammar applies only after the block ends (--reasoning-parser)
+    require_reasoning: Union[bool, list[bool]] = False
 
 
 # ---- TokenizerManager -> Scheduler ------------------------------------------------
@@ -40,6 +42,7 @@ class TokenizedGenerateReqInput:
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
     cache_salt: Optional[str] = None
+    require_reasoning: bool = False
 
 
 @dataclass

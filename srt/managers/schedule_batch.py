@@ -27,11 +27,11 @@ class Req:
                  "prefix_indices", "last_node", "fill_ids", "extend_input_len", "is_chunked", "finished_reason",
                  "finish_check_len", "finish_check_tokens", "to_abort", "cached_tokens", "cached_tokens_set",
                  "num_retractions", "input_logprobs_done", "grammar_key", "grammar", "sent_output_len",
-                 "pending_logprobs")
+                 "pending_logprobs", "require_reasoning")
 
     def __init__(self, rid: str, input_ids: list[int], sampling_params: SamplingParams, seed: int,
                  stream: bool = False, return_logprob: bool = False, logprob_start_len: int = -1,
-                 top_logprobs_num: int = 0, extra_key: Optional[str] = None) -> None:
+                 top_logprobs_num: int = 0, extra_key: Optional[str] = None, require_reasoning: bool = False) -> None:
         self.rid = rid
         self.origin_input_ids = list(input_ids)
         self.output_ids: list[int] = []
@@ -69,6 +69,7 @@ class Req:
         # The matcher has accepted exactly `output_ids`; it survives retraction untouched.
         self.grammar_key: Optional[tuple[str, str]] = None
         self.grammar: Optional[Any] = None  # radixlm.constrained.GrammarObject
+        self.require_reasoning = require_reasoning  # the grammar waits for the thinking block to end
 
         # Output bookkeeping: what has been sent to the detokenizer
         self.sent_output_len = 0

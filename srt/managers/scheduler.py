@@ -164,7 +164,7 @@ class Scheduler:
         seed = params.seed if params.seed is not None else self.rng.getrandbits(62)
         req = Req(msg.rid, msg.input_ids, params, seed, stream=msg.stream, return_logprob=msg.return_logprob,
                   logprob_start_len=msg.logprob_start_len, top_logprobs_num=msg.top_logprobs_num,
-                  extra_key=msg.cache_salt)
+                  extra_key=msg.cache_salt, require_reasoning=msg.require_reasoning)
         error = self.admission_error(req)
         if error is not None:
             req.finished_reason = {"type": "abort", "message": error}

@@ -27,6 +27,7 @@ API_KEY = "radixlm-test-key"
 MAX_QUEUED_REQUESTS = 20
 MAX_TOTAL_TOKENS = 16384
 TOOL_CALL_PARSER = "llama3"  # SmolLM2 has no call format of its own; tests force the JSON a llama3 call is
+REASONING_PARSER = "qwen3"  # SmolLM2 does not think; tests force a <think> block with a regex
 READY_MESSAGE = "The server is fired up and ready to roll!"
 
 
@@ -108,7 +109,8 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHand
     log_path = tmp_path_factory.mktemp("http_server") / "server.log"
     handle = start_server(["--api-key", API_KEY, "--enable-metrics", "--max-queued-requests",
                            str(MAX_QUEUED_REQUESTS), "--max-total-tokens", str(MAX_TOTAL_TOKENS),
-                           "--tool-call-parser", TOOL_CALL_PARSER], log_path, API_KEY)
+                           "--tool-call-parser", TOOL_CALL_PARSER, "--reasoning-parser", REASONING_PARSER],
+                          log_path, API_KEY)
     proc = handle.proc
     try:
         yield handle

@@ -77,9 +77,10 @@ def plan_tools(req: ChatCompletionRequest, parser_name: Optional[str], grammar_b
     name = None if choice == "required" else choice.function.name
     if name is not None and name not in functions:
         raise ToolRequestError(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
-    if req.response_format is not None:
-        raise ToolRequestError("response_format cannot be combined with tool_choice 'required' or a named "
-                               "function (both constrain the output)", "response_format")
+    for param in ("response_format", "regex", "ebnf"):
+        if getattr(req, param) is not None:
+            raise ToolRequestError(f"{param} cannot be combined with tool_choice 'required' or a named "
+                                   "function (both constrain the output)", param)
     schema = json.dumps(tool_choice_schema(functions, name, req.parallel_tool_calls))
     try:
         validate_grammar_request("json", schema, param="tools", backend=grammar_backend)
@@ -96,6 +97,8 @@ def template_message(message: ChatMessage) -> dict[str, Any]:
         out["name"] = message.name
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    if message.reasoning_content is not None:
+        out["reasoning_content"] = message.reasoning_content
     if message.tool_calls:
         out["tool_calls"] = [{"id": call.id, "type": "function", "function": {
             "name": call.function.name, "arguments": _arguments_object(call.function.arguments)}}

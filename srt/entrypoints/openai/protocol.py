@@ -65,6 +65,8 @@ class SamplingFields(BaseModel):
     rid: Optional[str] = None
     # text | json_object | json_schema {name, schema, strict}: maps onto the native json_schema
     response_format: Optional[Any] = None
+    regex: Optional[str] = None  # SGLang's extensions: the output matches this regular expression
+    ebnf: Optional[str] = None  # ... or this EBNF grammar (one constraint per request)
     # token id (a JSON key) -> bias in [-100, 100]
     logit_bias: Optional[dict[str, float]] = None
 
@@ -125,6 +127,7 @@ class ChatMessage(BaseModel):
     name: Optional[str] = None
     tool_calls: Optional[list[ToolCall]] = None  # an assistant turn that called tools
     tool_call_id: Optional[str] = None  # a tool turn: the call it answers
+    reasoning_content: Optional[str] = None  # an assistant turn's reasoning, for templates that render it
 
     @field_validator("content", mode="before")
     @classmethod
@@ -154,6 +157,9 @@ class ChatCompletionRequest(SamplingFields):
     tools: Optional[list[Tool]] = None
     tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
     parallel_tool_calls: bool = True
+    chat_template_kwargs: Optional[dict[str, Any]] = None  # extra variables for the chat template
+    separate_reasoning: bool = True  # with --reasoning-parser: reasoning goes to reasoning_content
+    stream_reasoning: bool = True  # False: a stream sends the reasoning in one delta when it ends
 
 
 # ---- completions responses ----------------------------------------------------------
@@ -207,6 +213,7 @@ class ChoiceLogprobs(BaseModel):
 class ChatResponseMessage(BaseModel):
     role: str = "assistant"
     content: Optional[str] = None
+    reasoning_content: Optional[str] = None
     tool_calls: Optional[list[ToolCall]] = None
 
 
@@ -232,11 +239,12 @@ class DeltaToolCall(ToolCall):
 
 
 class DeltaMessage(BaseModel):
-    """A stream delta carries only the keys it sets (`{"role": ...}`, `{"content": ...}`, `{"tool_calls": ...}`
-    or `{}`)."""
+    """A stream delta carries only the keys it sets (`role`, `content`, `reasoning_content`, `tool_calls`; or
+    none: `{}`)."""
 
     role: Optional[str] = None
     content: Optional[str] = None
+    reasoning_content: Optional[str] = None
     tool_calls: Optional[list[DeltaToolCall]] = None
 
     @model_serializer(mode="wrap")

@@ -115,7 +115,7 @@ def check_context_length(prompt_tokens: int, max_new_tokens: Optional[int], cont
 
 def sampling_params(req: SamplingFields, max_new_tokens: int, grammar_backend: str = "xgrammar") -> dict:
     return {
-        **response_format_params(req, grammar_backend),
+        **grammar_params(req, grammar_backend),
         "max_new_tokens": max_new_tokens, "min_new_tokens": req.min_tokens,
         "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "n": req.n, "stop": req.stop, "stop_token_ids": req.stop_token_ids, "seed": req.seed,
@@ -125,17 +125,28 @@ def sampling_params(req: SamplingFields, max_new_tokens: int, grammar_backend: s
     }
 
 
-def response_format_params(req: SamplingFields, grammar_backend: str) -> dict:
-    """`response_format` (json_object / json_schema) -> the native `json_schema`; a 400 naming
-    `response_format` and quoting the grammar backend's error when it is invalid."""
+def grammar_params(req: SamplingFields, grammar_backend: str) -> dict:
+    """The output constraint: `response_format` (json_object / json_schema, onto the native `json_schema`),
+    `regex` or `ebnf`; a 400 naming the parameter, quoting the grammar backend's error when it is invalid."""
     try:
         schema = response_format_to_json_schema(req.response_format)
-        if schema is None:
-            return {}
-        validate_grammar_request("json", schema, param="response_format", backend=grammar_backend)
     except ValueError as exc:
         raise OpenAIError(str(exc), 400, "response_format") from None
-    return {"json_schema": schema}
+    given = {name: (kind, text) for name, kind, text in (
+        ("response_format", "json", schema), ("regex", "regex", req.regex), ("ebnf", "ebnf", req.ebnf))
+        if text is not None}
+    if len(given) > 1:
+        raise OpenAIError(f"only one of response_format, regex, ebnf may constrain the output; got "
+                          f"{', '.join(given)}", 400, list(given)[1])
+    for name, (kind, text) in given.items():
+        try:
+            validate_grammar_request(kind, text, param=name, backend=grammar_backend)
+        except ValueError as exc:
+            raise OpenAIError(str(exc), 400, name) from None
+    return {_NATIVE_PARAM[kind]: text for kind, text in given.values()}
+
+
+_NATIVE_PARAM = {"json": "json_schema", "regex": "regex", "ebnf": "ebnf"}
 
 
 def new_rid(req: SamplingFields) -> str:

@@ -4,7 +4,8 @@ The template is the tokenizer's own (`tokenizer_config.json`'s chat_template) un
 `--chat-template` names a Jinja file. A stream sends, per choice, a role chunk, content
 deltas and a finish-reason chunk; then a usage chunk (stream_options.include_usage); then
 `[DONE]`. With tools (chat_tools.py), a call's text is held back and sent as whole tool calls
-before the finish-reason chunk, whose reason is then "tool_calls".
+before the finish-reason chunk, whose reason is then "tool_calls". With `--reasoning-parser`
+(chat_reasoning.py), the thinking goes to `reasoning_content` and only the answer to content and tool calls.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import dataclasses
 import os
 from typing import Any, AsyncIterator, Optional
 
+from radixlm.entrypoints.openai.chat_reasoning import (
+    ChatReasoningStream, ReasoningPlan, output_thinks_first, plan_reasoning,
+)
 from radixlm.entrypoints.openai.chat_tools import (
     ToolPlan, ToolRequestError, openai_tool_calls, plan_tools, template_message,
 )
@@ -29,6 +33,11 @@ from radixlm.function_call import ToolStreamBuffer
 from radixlm.managers.io_struct import GenerateReqInput
 
 MAX_TOP_LOGPROBS = 20
+# apply_chat_template's own arguments, which chat_template_kwargs may not replace
+RESERVED_TEMPLATE_KWARGS = frozenset({"conversation", "messages", "tools", "documents", "chat_template", "tokenize",
+                                      "add_generation_prompt", "continue_final_message", "return_dict",
+                                      "return_assistant_tokens_mask", "padding", "truncation", "max_length",
+                                      "return_tensors", "tokenizer_kwargs"})
 
 
 def load_chat_template(path: Optional[str]) -> Optional[str]:
@@ -47,14 +56,16 @@ class ChatPlan:
     rid: str
     obj: GenerateReqInput
     tools: Optional[ToolPlan] = None
+    reasoning: Optional[ReasoningPlan] = None
 
 
 class OpenAIServingChat(OpenAIServingBase):
     def __init__(self, tokenizer_manager: Any, chat_template: Optional[str] = None,
-                 tool_call_parser: Optional[str] = None) -> None:
+                 tool_call_parser: Optional[str] = None, reasoning_parser: Optional[str] = None) -> None:
         super().__init__(tokenizer_manager)
         self.chat_template = chat_template
         self.tool_call_parser = tool_call_parser
+        self.reasoning_parser = reasoning_parser
 
     # ---- request -> plan --------------------------------------------------------------
 
@@ -72,7 +83,8 @@ class OpenAIServingChat(OpenAIServingBase):
             tools = plan_tools(req, self.tool_call_parser, grammar_backend)
         except ToolRequestError as exc:
             raise OpenAIError(str(exc), 400, exc.param) from None
-        prompt_ids = self.prompt_ids(req, tools)
+        prompt = self.prompt_text(req, tools)
+        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         max_new = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         check_max_tokens(max_new)
         check_context_length(len(prompt_ids), max_new, self.context_len)
@@ -82,27 +94,34 @@ class OpenAIServingChat(OpenAIServingBase):
         params = sampling_params(req, max_new, grammar_backend)
         if tools is not None and tools.json_schema is not None:
             params["json_schema"] = tools.json_schema
+        constrained = any(params.get(k) is not None for k in ("json_schema", "regex", "ebnf"))
         obj = GenerateReqInput(
             input_ids=prompt_ids, rid=rid, sampling_params=params,
             return_logprob=req.logprobs, top_logprobs_num=req.top_logprobs or 0,
             return_text_in_logprobs=True, stream=req.stream, cache_salt=req.cache_salt,
+            require_reasoning=constrained and output_thinks_first(req, self.reasoning_parser, prompt),
         )
-        return ChatPlan(req, rid, obj, tools)
+        return ChatPlan(req, rid, obj, tools, plan_reasoning(req, self.reasoning_parser, prompt))
 
-    def prompt_ids(self, req: ChatCompletionRequest, tools: Optional[ToolPlan] = None) -> list[int]:
+    def prompt_text(self, req: ChatCompletionRequest, tools: Optional[ToolPlan] = None) -> str:
+        """The chat rendered through the template (with the request's tools and chat_template_kwargs)."""
         messages = [template_message(m) for m in req.messages]
         if req.continue_final_message and messages[-1]["role"] != "assistant":
             raise OpenAIError("continue_final_message needs the last message to be from the assistant",
                               400, "continue_final_message")
+        extra = req.chat_template_kwargs or {}
+        clash = sorted(RESERVED_TEMPLATE_KWARGS & set(extra))
+        if clash:
+            raise OpenAIError(f"chat_template_kwargs may not set {', '.join(clash)} (set by the request itself)",
+                              400, "chat_template_kwargs")
         try:
-            prompt = self.tokenizer.apply_chat_template(
+            return self.tokenizer.apply_chat_template(
                 messages, tokenize=False, chat_template=self.chat_template,
                 tools=tools.template_tools if tools is not None else None,
                 add_generation_prompt=not req.continue_final_message,
-                continue_final_message=req.continue_final_message)
+                continue_final_message=req.continue_final_message, **extra)
         except Exception as exc:  # jinja raise_exception / malformed template input
             raise OpenAIError(f"Could not apply the chat template: {exc}", 400, "messages") from None
-        return self.tokenizer.encode(prompt, add_special_tokens=False)
 
     # ---- outputs -> response ------------------------------------------------------------
 
@@ -110,11 +129,13 @@ class OpenAIServingChat(OpenAIServingBase):
         choices = []
         for index, out in enumerate(outputs):
             reason, matched = finish_reason(out["meta_info"])
-            message = ChatResponseMessage(content=out["text"])
+            reasoning, text = plan.reasoning.split(out["text"]) if plan.reasoning else (None, out["text"])
+            message = ChatResponseMessage(content=text, reasoning_content=reasoning)
             if plan.tools is not None:
-                content, calls = plan.tools.split(out["text"])
+                content, calls = plan.tools.split(text)
                 if calls:
-                    message = ChatResponseMessage(content=content, tool_calls=openai_tool_calls(calls))
+                    message = ChatResponseMessage(content=content, reasoning_content=reasoning,
+                                                  tool_calls=openai_tool_calls(calls))
                     reason = "tool_calls"
             choices.append(ChatCompletionChoice(
                 index=index, message=message, finish_reason=reason,
@@ -166,17 +187,22 @@ class OpenAIServingChat(OpenAIServingBase):
             state.text_len[index] = state.tokens_sent[index] = 0
             if plan.tools is not None:
                 state.buffers[index] = plan.tools.buffer()
+            if plan.reasoning is not None:
+                state.reasoning[index] = plan.reasoning.stream()
             emit(DeltaMessage(role="assistant", content=""))
-        delta = out["text"][state.text_len[index]:]
+        reason, matched = finish_reason(out["meta_info"])
+        reasoning, delta = "", out["text"][state.text_len[index]:]
+        if index in state.reasoning:
+            reasoning, delta = state.reasoning[index].feed(delta, done=bool(reason))
         buffer = state.buffers.get(index)
         if buffer is not None:
             delta = buffer.feed(delta)
         logprobs = self.logprobs(plan, out, state.tokens_sent[index])
         state.text_len[index] = len(out["text"])
         state.tokens_sent[index] = len(out["meta_info"].get("output_token_logprobs") or [])
-        if delta or (logprobs is not None and logprobs.content):
-            emit(DeltaMessage(content=delta), logprobs=logprobs)
-        reason, matched = finish_reason(out["meta_info"])
+        if delta or reasoning or (logprobs is not None and logprobs.content):
+            emit(DeltaMessage(content=delta if delta or not reasoning else None, reasoning_content=reasoning or None),
+                 logprobs=logprobs)
         if reason and index not in state.finished:
             state.finished.add(index)
             if buffer is not None:
@@ -206,3 +232,4 @@ class _ChatStreamState:
     last: dict[int, dict] = dataclasses.field(default_factory=dict)
     finished: set[int] = dataclasses.field(default_factory=set)
     buffers: dict[int, ToolStreamBuffer] = dataclasses.field(default_factory=dict)
+    reasoning: dict[int, ChatReasoningStream] = dataclasses.field(default_factory=dict)

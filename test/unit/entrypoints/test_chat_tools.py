@@ -81,7 +81,7 @@ def test_tools_and_tool_turns_reach_the_chat_template(smollm2_dir: str) -> None:
 
     def rendered(**fields: object) -> str:
         req = request(messages=messages, **fields)
-        return tokenizer.decode(chat.prompt_ids(req, plan_tools(req, "qwen25", "xgrammar")))
+        return chat.prompt_text(req, plan_tools(req, "qwen25", "xgrammar"))
 
     with_tools = rendered(tools=[TOOL])
     assert 'Tools: get_time{"type": "object"}' in with_tools
