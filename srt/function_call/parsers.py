@@ -36,6 +36,10 @@ class ToolParser:
     name: ClassVar[str] = ""
     markers: ClassVar[tuple[str, ...]] = ()
     start_markers: ClassVar[tuple[str, ...]] = ()
+    # JSON formats, for streams that send arguments as they come (json_scan): the nesting depth of the call
+    # objects and the keys of their arguments; None: calls are sent whole once the output ends
+    call_depth: ClassVar[Optional[int]] = None
+    args_keys: ClassVar[tuple[str, ...]] = ()
 
     def parse(self, text: str, tool_names: set[str]) -> ParseResult:
         start = self.call_start(text)
@@ -80,6 +84,8 @@ def _call_item(obj: object, args_keys: tuple[str, ...]) -> Optional[ToolCallItem
 class Qwen25Parser(ToolParser):
     name = "qwen25"
     markers = ("<tool_call>",)
+    call_depth = 0
+    args_keys = ("arguments", "parameters")
     _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
     def parse_calls(self, text: str) -> list[ToolCallItem]:
@@ -101,6 +107,8 @@ class Llama3Parser(ToolParser):
     name = "llama3"
     markers = ("<|python_tag|>",)
     start_markers = ("{",)
+    call_depth = 0
+    args_keys = ("parameters", "arguments")
 
     def parse_calls(self, text: str) -> list[ToolCallItem]:
         rest = text.replace("<|python_tag|>", "").strip()
@@ -129,6 +137,8 @@ class MistralParser(ToolParser):
     name = "mistral"
     markers = ("[TOOL_CALLS]",)
     start_markers = ("[",)
+    call_depth = 1
+    args_keys = ("arguments", "parameters")
 
     def parse_calls(self, text: str) -> list[ToolCallItem]:
         body = text.replace("[TOOL_CALLS]", "", 1).strip()

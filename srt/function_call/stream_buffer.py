@@ -1,5 +1,12 @@
-"""Streaming with tools: content goes out as it comes until a call may have started; from there the text is held
-and parsed when the choice finishes, then sent as whole tool calls (or, when it was no call, as content)."""
+"""Streaming with tools: content goes out as it comes until a call may have started; from there the text is held.
+
+With `incremental` (streams), a call is announced once its name is complete and names a declared tool (forced
+named calls at once), and its arguments follow piece by piece as the model writes them (json_scan): the pieces
+join into the model's own serialization of the arguments. Formats that are not JSON (pythonic), arguments sent
+as a string, and calls the scan cannot place are sent whole when the choice finishes, from the full parse.
+Without `incremental` (whole responses), every call comes from the full parse, its arguments re-serialized.
+Once a call has been announced the choice is committed to tool calls, even if the full parse then fails.
+"""
 
 from __future__ import annotations
 
@@ -7,45 +14,68 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from radixlm.function_call.constrained import constrained_calls
+from radixlm.function_call.json_scan import CallScan, object_starts, scan_call
 from radixlm.function_call.parsers import ToolCallItem, ToolParser
+
+REQUIRED_ARGS_KEYS = ("parameters",)  # the forced "required" form: [{"name": ..., "parameters": {...}}, ...]
+
+
+@dataclass(frozen=True)
+class CallDelta:
+    index: int  # the call's position in the choice's calls
+    name: Optional[str]  # set on a call's first delta
+    arguments: str
 
 
 @dataclass
 class ToolStreamBuffer:
     parser: Optional[ToolParser]  # "auto": the server's --tool-call-parser
+    tool_names: frozenset[str] = frozenset()
     forced: bool = False  # "required" / named: the whole output is the forced JSON
     forced_name: Optional[str] = None
+    incremental: bool = False
     text: str = ""
     sent: int = 0  # characters of `text` already sent as content
     holding: bool = field(default=False, init=False)
+    region: int = field(default=0, init=False)  # where the held calls begin
+    streamed: list[int] = field(default_factory=list, init=False)  # per announced call: argument chars sent
+    stalled: bool = field(default=False, init=False)  # no further call is announced before the end
 
     def __post_init__(self) -> None:
         self.holding = self.forced
 
-    def feed(self, delta: str) -> str:
-        """Add new text; return the content that can be sent now."""
+    @property
+    def committed(self) -> bool:
+        return bool(self.streamed)
+
+    def feed(self, delta: str) -> tuple[str, list[CallDelta]]:
+        """Add new text; return the content that can be sent now and the call deltas."""
         self.text += delta
-        if self.holding:
-            return ""
+        content = "" if self.holding else self._content()
+        return content, self._advance() if self.holding and self.incremental else []
+
+    def finish(self) -> tuple[str, list[CallDelta]]:
+        """(the content not sent yet, the remaining call deltas) once the choice has finished."""
+        deltas = self._advance() if self.holding and self.incremental else []
+        rest = self.text[self.sent:]
+        self.sent = len(self.text)
+        calls = self._parsed(rest)
+        if not self.committed and not calls:
+            return rest, []
+        first = len(self.streamed)
+        deltas += [CallDelta(first + i, c.name, c.arguments) for i, c in enumerate(calls[first:])]
+        return "", deltas
+
+    # ---- content before the calls -------------------------------------------------------
+
+    def _content(self) -> str:
         if self.parser is None:
             return self._send_to(len(self.text))
         start = self.parser.call_start(self.text)
         if start is not None:
-            self.holding = True
+            self.holding, self.region = True, start
             return self._send_to(start)
         return self._send_to(len(self.text) - self._held_tail())
-
-    def finish(self, tool_names: set[str]) -> tuple[str, list[ToolCallItem]]:
-        """(the content not sent yet, the calls) once the choice has finished."""
-        rest = self.text[self.sent:]
-        if self.forced:
-            calls = constrained_calls(rest, self.forced_name, tool_names)
-        elif self.holding and self.parser is not None:
-            calls = self.parser.declared_calls(rest, tool_names)
-        else:
-            calls = []
-        self.sent = len(self.text)
-        return ("", calls) if calls else (rest, [])
 
     def _send_to(self, end: int) -> str:
         out = self.text[self.sent:end] if end > self.sent else ""
@@ -64,3 +94,66 @@ class ToolStreamBuffer:
                     longest = max(longest, n)
                     break
         return longest
+
+    # ---- the calls ---------------------------------------------------------------------------
+
+    def _parsed(self, rest: str) -> list[ToolCallItem]:
+        if self.forced:
+            return constrained_calls(rest, self.forced_name, set(self.tool_names))
+        if self.holding and self.parser is not None:
+            return self.parser.declared_calls(rest, set(self.tool_names))
+        return []
+
+    def _scans(self, region: str) -> list[CallScan]:
+        if self.forced_name is not None:
+            starts = object_starts(region, 0)[:1]
+            return [CallScan(self.forced_name, s, scan.end, False, scan.end)
+                    for s in starts for scan in [scan_call(region, s, ())]]
+        if self.forced:
+            depth, keys = 1, REQUIRED_ARGS_KEYS
+        elif self.parser is not None and self.parser.call_depth is not None:
+            depth, keys = self.parser.call_depth, self.parser.args_keys
+        else:
+            return []
+        return [scan_call(region, s, keys) for s in object_starts(region, depth)]
+
+    def _advance(self) -> list[CallDelta]:
+        """Announce the calls that can be, and send the arguments written since the last call."""
+        region = self.text[self.region:]
+        out: list[CallDelta] = []
+        for index, scan in enumerate(self._scans(region)):
+            if index == len(self.streamed):
+                if self.stalled or not self._announce(scan):
+                    break
+                out.append(CallDelta(index, scan.name, ""))
+            if scan.args_start is None:
+                break
+            stop = scan.args_end if scan.args_end is not None else len(region)
+            piece = region[scan.args_start + self.streamed[index]:stop]
+            if piece:
+                out.append(CallDelta(index, None, piece))
+                self.streamed[index] += len(piece)
+            if scan.args_end is None:
+                break
+        return _merged(out)
+
+    def _announce(self, scan: CallScan) -> bool:
+        """Whether the call can go out now; a call that never will stalls the announcements."""
+        if scan.name is None or scan.args_start is None:  # the arguments' first character says if they stream
+            return False
+        if scan.name not in self.tool_names or scan.args_is_string:
+            self.stalled = True
+            return False
+        self.streamed.append(0)
+        return True
+
+
+def _merged(deltas: list[CallDelta]) -> list[CallDelta]:
+    """A call's name and the arguments that came with it in one delta."""
+    out: list[CallDelta] = []
+    for delta in deltas:
+        if out and out[-1].index == delta.index and delta.name is None:
+            out[-1] = CallDelta(delta.index, out[-1].name, out[-1].arguments + delta.arguments)
+        else:
+            out.append(delta)
+    return out

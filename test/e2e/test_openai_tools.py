@@ -47,18 +47,23 @@ def check_calls(calls: list, names: set[str]) -> list[tuple[str, dict]]:
     return out
 
 
-def streamed(client: openai.OpenAI, **kwargs: Any) -> tuple[str, list[tuple[str, dict]], str]:
-    """A streamed chat, assembled as a client would: (content, [(name, arguments)], finish_reason)."""
+def streamed(client: openai.OpenAI, **kwargs: Any) -> tuple[str, list[tuple[str, dict]], str, list[int]]:
+    """A streamed chat, assembled as a client would: (content, [(name, arguments)], finish_reason, [the deltas
+    that carried each call's arguments]). A call's first delta carries its id and name, later ones more arguments."""
     content, calls, reason = "", {}, None
     for chunk in client.chat.completions.create(model="default", stream=True, **kwargs):
         delta = chunk.choices[0].delta
         content += delta.content or ""
         for call in delta.tool_calls or []:
-            entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
+            first = call.index not in calls
+            assert (call.id is not None, call.function.name is not None) == (first, first)
+            entry = calls.setdefault(call.index, {"name": "", "arguments": "", "pieces": 0})
             entry["name"] += call.function.name or ""
             entry["arguments"] += call.function.arguments or ""
+            entry["pieces"] += bool(call.function.arguments)
         reason = chunk.choices[0].finish_reason or reason
-    return content, [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())], reason
+    ordered = [c for _, c in sorted(calls.items())]
+    return content, [(c["name"], json.loads(c["arguments"])) for c in ordered], reason, [c["pieces"] for c in ordered]
 
 
 def test_named_function_is_called_with_valid_arguments(client: openai.OpenAI) -> None:
@@ -69,8 +74,10 @@ def test_named_function_is_called_with_valid_arguments(client: openai.OpenAI) ->
     assert out.choices[0].finish_reason == "tool_calls" and message.content is None
     calls = check_calls(message.tool_calls, {"get_weather"})
     assert len(calls) == 1
-    content, stream_calls, reason = streamed(client, messages=MESSAGES, tools=TOOLS, tool_choice=choice, **GREEDY)
+    content, stream_calls, reason, pieces = streamed(client, messages=MESSAGES, tools=TOOLS, tool_choice=choice,
+                                                     **GREEDY)
     assert (content, stream_calls, reason) == ("", calls, "tool_calls")
+    assert pieces[0] > 3  # the arguments came as the model wrote them, not in one piece at the end
 
 
 def test_required_gives_at_least_one_call(client: openai.OpenAI) -> None:
@@ -91,7 +98,7 @@ def test_auto_parses_a_call_in_the_model_output(client: openai.OpenAI) -> None:
     assert out.choices[0].finish_reason == "tool_calls"
     calls = check_calls(out.choices[0].message.tool_calls, {"get_time"})
     assert len(calls) == 1
-    assert streamed(client, **kwargs) == ("", calls, "tool_calls")
+    assert streamed(client, **kwargs)[:3] == ("", calls, "tool_calls")
 
 
 def test_auto_without_a_call_returns_content(client: openai.OpenAI) -> None:
@@ -100,7 +107,7 @@ def test_auto_without_a_call_returns_content(client: openai.OpenAI) -> None:
     plain = client.chat.completions.create(model="default", messages=MESSAGES, temperature=0.0, max_tokens=8)
     choice = out.choices[0]
     assert choice.message.tool_calls is None and choice.finish_reason == "length" and choice.message.content
-    content, calls, reason = streamed(client, **kwargs)
+    content, calls, reason, _ = streamed(client, **kwargs)
     assert (content, calls, reason) == (choice.message.content, [], "length")
     assert plain.choices[0].message.tool_calls is None
 

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from radixlm.constrained.grammar_request import validate_grammar_request
-from radixlm.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, FunctionCall, ToolCall
+from radixlm.entrypoints.openai.protocol import (
+    ChatCompletionRequest, ChatMessage, DeltaFunctionCall, DeltaToolCall, FunctionCall, ToolCall,
+)
 from radixlm.function_call import (
-    TOOL_CALL_PARSERS, ToolCallItem, ToolParser, ToolStreamBuffer, get_tool_parser, tool_choice_schema,
+    TOOL_CALL_PARSERS, CallDelta, ToolCallItem, ToolParser, ToolStreamBuffer, get_tool_parser, tool_choice_schema,
 )
 
 
@@ -37,18 +39,17 @@ class ToolPlan:
     forced_name: Optional[str]  # named
     json_schema: Optional[str]  # the forced output's schema ("required" or named)
 
-    @property
-    def names(self) -> set[str]:
-        return set(self.functions)
-
-    def buffer(self) -> ToolStreamBuffer:
-        return ToolStreamBuffer(self.parser, forced=self.json_schema is not None, forced_name=self.forced_name)
+    def buffer(self, incremental: bool = False) -> ToolStreamBuffer:
+        """`incremental`: a stream's buffer, which sends arguments as they come."""
+        return ToolStreamBuffer(self.parser, frozenset(self.functions), forced=self.json_schema is not None,
+                                forced_name=self.forced_name, incremental=incremental)
 
     def split(self, text: str) -> tuple[Optional[str], list[ToolCallItem]]:
         """A finished output -> (content, calls)."""
         buffer = self.buffer()
-        head = buffer.feed(text)
-        rest, calls = buffer.finish(self.names)
+        head, _ = buffer.feed(text)
+        rest, deltas = buffer.finish()
+        calls = [ToolCallItem(d.name or "", d.arguments) for d in deltas]  # whole calls: not incremental
         content = head + rest
         return (content if content.strip() else None) if calls else content, calls
 
@@ -115,5 +116,14 @@ def _arguments_object(arguments: str) -> Any:
 
 
 def openai_tool_calls(calls: list[ToolCallItem]) -> list[ToolCall]:
-    return [ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(name=c.name, arguments=c.arguments))
-            for c in calls]
+    return [ToolCall(id=new_call_id(), function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls]
+
+
+def delta_tool_calls(deltas: list[CallDelta]) -> list[DeltaToolCall]:
+    """Stream pieces of calls: a call's first piece (it has the name) gets the call's id."""
+    return [DeltaToolCall(index=d.index, id=new_call_id() if d.name else None, type="function" if d.name else None,
+                          function=DeltaFunctionCall(name=d.name, arguments=d.arguments)) for d in deltas]
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"

@@ -234,8 +234,26 @@ class ChatCompletionResponse(BaseModel):
     usage: Optional[UsageInfo] = None
 
 
-class DeltaToolCall(ToolCall):
+class DeltaFunctionCall(BaseModel):
+    name: Optional[str] = None  # on a call's first delta
+    arguments: str = ""  # the next piece of the serialized arguments
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DeltaToolCall(BaseModel):
+    """A piece of a streamed call: the first carries its id, type and name; the rest more of its arguments."""
+
     index: int  # the call's position in the choice's list of calls
+    id: Optional[str] = None
+    type: Optional[Literal["function"]] = None
+    function: DeltaFunctionCall
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class DeltaMessage(BaseModel):

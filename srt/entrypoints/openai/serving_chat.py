@@ -3,8 +3,8 @@
 The template is the tokenizer's own (`tokenizer_config.json`'s chat_template) unless
 `--chat-template` names a Jinja file. A stream sends, per choice, a role chunk, content
 deltas and a finish-reason chunk; then a usage chunk (stream_options.include_usage); then
-`[DONE]`. With tools (chat_tools.py), a call's text is held back and sent as whole tool calls
-before the finish-reason chunk, whose reason is then "tool_calls". With `--reasoning-parser`
+`[DONE]`. With tools (chat_tools.py), a call's text is held back from content: each call goes out once its
+name is known, its arguments piece by piece after it, and the finish-reason chunk then says "tool_calls". With `--reasoning-parser`
 (chat_reasoning.py), the thinking goes to `reasoning_content` and only the answer to content and tool calls.
 """
 
@@ -18,11 +18,11 @@ from radixlm.entrypoints.openai.chat_reasoning import (
     ChatReasoningStream, ReasoningPlan, output_thinks_first, plan_reasoning,
 )
 from radixlm.entrypoints.openai.chat_tools import (
-    ToolPlan, ToolRequestError, openai_tool_calls, plan_tools, template_message,
+    ToolPlan, ToolRequestError, delta_tool_calls, openai_tool_calls, plan_tools, template_message,
 )
 from radixlm.entrypoints.openai.protocol import (
     ChatCompletionChoice, ChatCompletionRequest, ChatCompletionResponse, ChatCompletionStreamResponse,
-    ChatResponseMessage, ChatStreamChoice, ChatTokenLogprob, ChoiceLogprobs, DeltaMessage, DeltaToolCall,
+    ChatResponseMessage, ChatStreamChoice, ChatTokenLogprob, ChoiceLogprobs, DeltaMessage,
     TopLogprob,
 )
 from radixlm.entrypoints.openai.serving_base import (
@@ -186,7 +186,7 @@ class OpenAIServingChat(OpenAIServingBase):
         if index not in state.text_len:
             state.text_len[index] = state.tokens_sent[index] = 0
             if plan.tools is not None:
-                state.buffers[index] = plan.tools.buffer()
+                state.buffers[index] = plan.tools.buffer(incremental=True)
             if plan.reasoning is not None:
                 state.reasoning[index] = plan.reasoning.stream()
             emit(DeltaMessage(role="assistant", content=""))
@@ -194,35 +194,34 @@ class OpenAIServingChat(OpenAIServingBase):
         reasoning, delta = "", out["text"][state.text_len[index]:]
         if index in state.reasoning:
             reasoning, delta = state.reasoning[index].feed(delta, done=bool(reason))
-        buffer = state.buffers.get(index)
+        buffer, calls = state.buffers.get(index), []
         if buffer is not None:
-            delta = buffer.feed(delta)
+            delta, calls = buffer.feed(delta)
         logprobs = self.logprobs(plan, out, state.tokens_sent[index])
         state.text_len[index] = len(out["text"])
         state.tokens_sent[index] = len(out["meta_info"].get("output_token_logprobs") or [])
         if delta or reasoning or (logprobs is not None and logprobs.content):
             emit(DeltaMessage(content=delta if delta or not reasoning else None, reasoning_content=reasoning or None),
                  logprobs=logprobs)
+        if calls:
+            emit(DeltaMessage(tool_calls=delta_tool_calls(calls)))
         if reason and index not in state.finished:
             state.finished.add(index)
             if buffer is not None:
-                reason = self.flush_tools(buffer, plan.tools, emit) or reason
+                reason = self.flush_tools(buffer, emit) or reason
             emit(DeltaMessage(), finish_reason=reason, matched_stop=matched)
         return chunks
 
     @staticmethod
-    def flush_tools(buffer: ToolStreamBuffer, tools: Optional[ToolPlan], emit: Any) -> Optional[str]:
-        """Send what the buffer held (a buffer exists only with tools): the calls (returning "tool_calls") or,
-        when it was no call, content."""
-        assert tools is not None
-        rest, calls = buffer.finish(tools.names)
+    def flush_tools(buffer: ToolStreamBuffer, emit: Any) -> Optional[str]:
+        """Send what the buffer held (a buffer exists only with tools): the rest of the calls (returning
+        "tool_calls" when the choice made any) or, when it was no call, content."""
+        rest, calls = buffer.finish()
         if rest:
             emit(DeltaMessage(content=rest))
-        if not calls:
-            return None
-        emit(DeltaMessage(tool_calls=[DeltaToolCall(index=i, **call.model_dump())
-                                      for i, call in enumerate(openai_tool_calls(calls))]))
-        return "tool_calls"
+        if calls:
+            emit(DeltaMessage(tool_calls=delta_tool_calls(calls)))
+        return "tool_calls" if buffer.committed or calls else None
 
 
 @dataclasses.dataclass

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import astuple
 
 import pytest
 
-from radixlm.function_call import ToolCallItem, ToolStreamBuffer, constrained_calls, get_tool_parser, tool_choice_schema
+from radixlm.function_call import (
+    CallDelta, ToolCallItem, ToolStreamBuffer, constrained_calls, get_tool_parser, tool_choice_schema,
+)
 
 NAMES = {"get_weather", "get_time"}
 QWEN_TWO_CALLS = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
@@ -76,20 +79,20 @@ def test_unknown_parser_is_named() -> None:
 
 @pytest.mark.parametrize("piece", [1, 3, 7, 1000])
 def test_stream_buffer_sends_the_same_content_and_calls_in_any_pieces(piece: int) -> None:
-    buffer = ToolStreamBuffer(get_tool_parser("qwen25"))
-    sent = "".join(buffer.feed(QWEN_TWO_CALLS[i:i + piece]) for i in range(0, len(QWEN_TWO_CALLS), piece))
+    buffer = ToolStreamBuffer(get_tool_parser("qwen25"), frozenset(NAMES))
+    sent = "".join(buffer.feed(QWEN_TWO_CALLS[i:i + piece])[0] for i in range(0, len(QWEN_TWO_CALLS), piece))
     assert sent == "Let me check.\n"  # never a piece of the marker
-    assert buffer.finish(NAMES) == ("", [WEATHER, TIME])
+    assert buffer.finish() == ("", [CallDelta(0, *astuple(WEATHER)), CallDelta(1, *astuple(TIME))])
 
 
 def test_stream_buffer_releases_held_text_that_was_no_call() -> None:
-    buffer = ToolStreamBuffer(get_tool_parser("qwen25"))
-    assert buffer.feed("a <tool") == "a "
-    assert buffer.feed("box>") == "<toolbox>"
-    assert buffer.feed(" <tool_call> {oops") == " "
-    assert buffer.finish(NAMES) == ("<tool_call> {oops", [])
-    llama = ToolStreamBuffer(get_tool_parser("llama3"))
-    assert llama.feed("  ") == "" and llama.feed("Hi") == "  Hi"  # leading whitespace waits for the first word
+    buffer = ToolStreamBuffer(get_tool_parser("qwen25"), frozenset(NAMES), incremental=True)
+    assert buffer.feed("a <tool") == ("a ", [])
+    assert buffer.feed("box>") == ("<toolbox>", [])
+    assert buffer.feed(" <tool_call> {oops") == (" ", [])
+    assert buffer.finish() == ("<tool_call> {oops", []) and not buffer.committed
+    llama = ToolStreamBuffer(get_tool_parser("llama3"), frozenset(NAMES))
+    assert llama.feed("  ") == ("", []) and llama.feed("Hi") == ("  Hi", [])  # leading whitespace waits
 
 
 def test_forced_schemas_and_their_outputs() -> None:
