@@ -29,7 +29,7 @@ from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_max_tokens, check_model,
     check_stream_options, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage, token_text,
 )
-from radixlm.function_call import ToolStreamBuffer
+from radixlm.function_call import CallDelta, ToolStreamBuffer
 from radixlm.managers.io_struct import GenerateReqInput
 
 MAX_TOP_LOGPROBS = 20
@@ -183,32 +183,25 @@ class OpenAIServingChat(OpenAIServingBase):
             chunks.append(sse(ChatCompletionStreamResponse(id=f"chatcmpl-{plan.rid}", model=plan.request.model,
                                                            choices=[choice])))
 
-        if index not in state.text_len:
-            state.text_len[index] = state.tokens_sent[index] = 0
-            if plan.tools is not None:
-                state.buffers[index] = plan.tools.buffer(incremental=True)
-            if plan.reasoning is not None:
-                state.reasoning[index] = plan.reasoning.stream()
+        if index not in state.choices:
+            state.choices[index] = _ChoiceStream(
+                plan.tools.buffer(incremental=True) if plan.tools is not None else None,
+                plan.reasoning.stream() if plan.reasoning is not None else None)
             emit(DeltaMessage(role="assistant", content=""))
+        choice = state.choices[index]
         reason, matched = finish_reason(out["meta_info"])
-        reasoning, delta = "", out["text"][state.text_len[index]:]
-        if index in state.reasoning:
-            reasoning, delta = state.reasoning[index].feed(delta, done=bool(reason))
-        buffer, calls = state.buffers.get(index), []
-        if buffer is not None:
-            delta, calls = buffer.feed(delta)
-        logprobs = self.logprobs(plan, out, state.tokens_sent[index])
-        state.text_len[index] = len(out["text"])
-        state.tokens_sent[index] = len(out["meta_info"].get("output_token_logprobs") or [])
-        if delta or reasoning or (logprobs is not None and logprobs.content):
-            emit(DeltaMessage(content=delta if delta or not reasoning else None, reasoning_content=reasoning or None),
-                 logprobs=logprobs)
+        reasoning, content, calls = choice.split(out["text"], done=bool(reason))
+        logprobs = self.logprobs(plan, out, choice.tokens_sent)
+        choice.tokens_sent = len(out["meta_info"].get("output_token_logprobs") or [])
+        if content or reasoning or (logprobs is not None and logprobs.content):
+            emit(DeltaMessage(content=content if content or not reasoning else None,
+                              reasoning_content=reasoning or None), logprobs=logprobs)
         if calls:
             emit(DeltaMessage(tool_calls=delta_tool_calls(calls)))
-        if reason and index not in state.finished:
-            state.finished.add(index)
-            if buffer is not None:
-                reason = self.flush_tools(buffer, emit) or reason
+        if reason and not choice.finished:
+            choice.finished = True
+            if choice.buffer is not None:
+                reason = self.flush_tools(choice.buffer, emit) or reason
             emit(DeltaMessage(), finish_reason=reason, matched_stop=matched)
         return chunks
 
@@ -225,10 +218,27 @@ class OpenAIServingChat(OpenAIServingBase):
 
 
 @dataclasses.dataclass
+class _ChoiceStream:
+    """One choice of a stream: how far its text and logprobs went, and its reasoning and tool-call splitters."""
+
+    buffer: Optional[ToolStreamBuffer]
+    reasoning: Optional[ChatReasoningStream]
+    text_len: int = 0
+    tokens_sent: int = 0
+    finished: bool = False
+
+    def split(self, text: str, done: bool) -> tuple[str, str, list[CallDelta]]:
+        """The choice's cumulative text -> what is new of it as (reasoning, content, call deltas)."""
+        reasoning, content, calls = "", text[self.text_len:], []
+        self.text_len = len(text)
+        if self.reasoning is not None:
+            reasoning, content = self.reasoning.feed(content, done)
+        if self.buffer is not None:
+            content, calls = self.buffer.feed(content)
+        return reasoning, content, calls
+
+
+@dataclasses.dataclass
 class _ChatStreamState:
-    text_len: dict[int, int] = dataclasses.field(default_factory=dict)
-    tokens_sent: dict[int, int] = dataclasses.field(default_factory=dict)
+    choices: dict[int, _ChoiceStream] = dataclasses.field(default_factory=dict)
     last: dict[int, dict] = dataclasses.field(default_factory=dict)
-    finished: set[int] = dataclasses.field(default_factory=set)
-    buffers: dict[int, ToolStreamBuffer] = dataclasses.field(default_factory=dict)
-    reasoning: dict[int, ChatReasoningStream] = dataclasses.field(default_factory=dict)
