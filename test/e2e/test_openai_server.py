@@ -79,6 +79,18 @@ def test_chat_stream_matches_non_stream_and_order(client: openai.OpenAI, http: h
     assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 3
 
 
+def test_continuous_usage_stats_count_each_chunk(client: openai.OpenAI) -> None:
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    chunks = list(client.chat.completions.create(model="default", messages=MESSAGES, max_tokens=5, stream=True,
+                                                 stream_options=options, **GREEDY))
+    so_far = [c.usage.completion_tokens for c in chunks if c.choices]
+    assert so_far[-1] == 5 and so_far == sorted(so_far) and len(so_far) > 3  # one count per chunk, growing
+    assert all(c.usage.prompt_tokens == chunks[-1].usage.prompt_tokens for c in chunks)
+    texts = list(client.completions.create(model="default", prompt="The capital of France is", max_tokens=4,
+                                           stream=True, stream_options=options, **GREEDY))
+    assert [c.usage.completion_tokens for c in texts if c.choices][-1] == 4 and texts[-1].usage.completion_tokens == 4
+
+
 def test_completions_stream_matches_non_stream(client: openai.OpenAI) -> None:
     prompt = "The capital of France is"
     whole = client.completions.create(model="default", prompt=prompt, max_tokens=6, **GREEDY)

@@ -2,9 +2,10 @@
 `reasoning_content` and the answer to `content` (radixlm.reasoning_parser finds the block).
 
 `separate_reasoning: false` leaves the text whole in `content`; `stream_reasoning: false` makes a stream hold the
-reasoning and send it in one delta when the block closes (or the output ends). A constrained request (`response_format`, `regex`, `ebnf`, a
-forced tool call) whose output starts inside the block thinks freely first: it is sent with `require_reasoning`,
-and the scheduler applies the constraint from the block's end (radixlm.constrained.reasoner).
+reasoning and send it in one delta when the block closes (or the output ends). A constrained request
+(`response_format`, `regex`, `ebnf`, a forced tool call) whose output starts inside the block thinks freely first:
+it is sent with `require_reasoning`, and the scheduler applies the constraint from the block's end
+(radixlm.constrained.reasoner).
 """
 
 from __future__ import annotations

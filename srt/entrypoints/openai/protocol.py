@@ -24,6 +24,7 @@ class ErrorResponse(BaseModel):
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # with include_usage: every chunk carries its choice's usage so far
 
 
 class PromptTokensDetails(BaseModel):

@@ -178,6 +178,14 @@ def stream_usage(req: SamplingFields, last: dict[int, dict]) -> Optional[UsageIn
     return build_usage([last[i] for i in sorted(last)], req.n)
 
 
+def chunk_usage(req: SamplingFields, out: dict) -> Optional[UsageInfo]:
+    """A chunk's usage under stream_options.continuous_usage_stats: its choice's prompt and tokens so far."""
+    options = req.stream_options
+    if not (options and options.include_usage and options.continuous_usage_stats):
+        return None
+    return build_usage([out], 1)
+
+
 def token_text(token_id: int, text: Optional[str], tokenizer: Any) -> str:
     return text if text is not None else tokenizer.decode([token_id])
 

@@ -1,11 +1,12 @@
 """`/v1/chat/completions`: messages -> chat template -> token ids -> response or SSE stream.
 
-The template is the tokenizer's own (`tokenizer_config.json`'s chat_template) unless
-`--chat-template` names a Jinja file. A stream sends, per choice, a role chunk, content
-deltas and a finish-reason chunk; then a usage chunk (stream_options.include_usage); then
-`[DONE]`. With tools (chat_tools.py), a call's text is held back from content: each call goes out once its
-name is known, its arguments piece by piece after it, and the finish-reason chunk then says "tool_calls". With `--reasoning-parser`
-(chat_reasoning.py), the thinking goes to `reasoning_content` and only the answer to content and tool calls.
+The template is the tokenizer's own (`tokenizer_config.json`'s chat_template) unless `--chat-template` names a
+Jinja file. A stream sends, per choice, a role chunk, content deltas and a finish-reason chunk; then a usage chunk
+(stream_options.include_usage; with continuous_usage_stats every chunk also carries its choice's usage so far);
+then `[DONE]`. With tools (chat_tools.py), a call's text is held back from content: each call goes out once its
+name is known, its arguments piece by piece after it, and the finish-reason chunk then says "tool_calls". With
+`--reasoning-parser` (chat_reasoning.py), the thinking goes to `reasoning_content` and only the answer to content
+and tool calls.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from radixlm.entrypoints.openai.protocol import (
 )
 from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_max_tokens, check_model,
-    check_stream_options, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage, token_text,
+    check_stream_options, chunk_usage, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage,
+    token_text,
 )
 from radixlm.function_call import CallDelta, ToolStreamBuffer
 from radixlm.managers.io_struct import GenerateReqInput
@@ -177,11 +179,12 @@ class OpenAIServingChat(OpenAIServingBase):
         index = out.get("index", 0)
         state.last[index] = out
         chunks = []
+        usage = chunk_usage(plan.request, out)
 
         def emit(delta: DeltaMessage, **fields: Any) -> None:
             choice = ChatStreamChoice(index=index, delta=delta, **fields)
             chunks.append(sse(ChatCompletionStreamResponse(id=f"chatcmpl-{plan.rid}", model=plan.request.model,
-                                                           choices=[choice])))
+                                                           choices=[choice], usage=usage)))
 
         if index not in state.choices:
             state.choices[index] = _ChoiceStream(

@@ -10,7 +10,8 @@ from radixlm.entrypoints.openai.protocol import (
 )
 from radixlm.entrypoints.openai.serving_base import (
     OpenAIError, OpenAIServingBase, build_usage, check_context_length, check_max_tokens, check_model,
-    check_stream_options, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage, token_text,
+    check_stream_options, chunk_usage, finish_reason, new_rid, sampling_params, sse, sse_stream, stream_usage,
+    token_text,
 )
 from radixlm.managers.io_struct import GenerateReqInput
 
@@ -155,7 +156,8 @@ class OpenAIServingCompletion(OpenAIServingBase):
             return []
         choice = CompletionChoice(index=index, text=delta, logprobs=logprobs, finish_reason=reason,
                                   matched_stop=matched)
-        return [sse(CompletionStreamResponse(id=f"cmpl-{plan.rid}", model=plan.request.model, choices=[choice]))]
+        return [sse(CompletionStreamResponse(id=f"cmpl-{plan.rid}", model=plan.request.model, choices=[choice],
+                                             usage=chunk_usage(plan.request, out)))]
 
 
 @dataclasses.dataclass
