@@ -52,6 +52,8 @@ class GrammarManager:
             req.grammar_key = grammar_key(req.sampling_params)
             if req.grammar_key is None:
                 return False
+            if req.require_reasoning and not self.think_end_ids:
+                raise ValueError("require_reasoning needs the server started with --reasoning-parser")
             self.backend.get_future(req.grammar_key)  # starts compiling; never blocks
         except (ValueError, TypeError) as err:
             req.finished_reason = grammar_abort(str(err))

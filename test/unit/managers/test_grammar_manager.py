@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from radixlm.constrained.reasoner import ReasonerGrammar
 from radixlm.managers.grammar_manager import GrammarManager
 from radixlm.managers.schedule_batch import Req
 from radixlm.model_loader.model_config import ModelConfig
@@ -75,3 +76,25 @@ def test_abort_takes_a_request_out_of_the_queue(manager: GrammarManager) -> None
     req = make_req("slow", regex="[a-z]{1,1400}")
     manager.add(req)
     assert manager.take(lambda r: r.rid == "slow") == [req] and not manager.queue
+
+
+def test_require_reasoning_wraps_the_matcher_or_is_refused(manager: GrammarManager) -> None:
+    req = Req("think", [1, 2, 3], SamplingParams(max_new_tokens=8, regex="[0-9]+"), seed=0, require_reasoning=True)
+    assert manager.add(req) and req.finished_reason["status_code"] == 400  # this manager has no reasoning parser
+    assert "--reasoning-parser" in req.finished_reason["message"] and not manager.queue
+    model_dir = resolve_model_dir(None)
+    config = ModelConfig(model_dir)
+    thinking = GrammarManager(ServerArgs(reasoning_parser="qwen3"), get_tokenizer(model_dir), config,
+                              set(config.eos_token_ids))
+    try:
+        wrapped = Req("think", [1, 2, 3], SamplingParams(max_new_tokens=8, regex="[0-9]+"), seed=0,
+                      require_reasoning=True)
+        plain = make_req("plain-regex", regex="[0-9]+")
+        assert thinking.add(wrapped) and thinking.add(plain)
+        ready, failed = poll_until_done(thinking)
+        assert ready == [wrapped, plain] and not failed
+        assert isinstance(wrapped.grammar, ReasonerGrammar) and not isinstance(plain.grammar, ReasonerGrammar)
+        assert wrapped.grammar.think_end_ids == tuple(get_tokenizer(model_dir).encode("</think>",
+                                                                                      add_special_tokens=False))
+    finally:
+        thinking.shutdown()
