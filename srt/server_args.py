@@ -34,7 +34,7 @@ class ServerArgs:
     context_length: Optional[int] = None
     served_model_name: Optional[str] = None
     chat_template: Optional[str] = None
-    tool_call_parser: Optional[str] = None  # how tool calls look in the output: qwen25 | llama3 | mistral | pythonic
+    tool_call_parser: Optional[str] = None  # how tool calls look: qwen25 | qwen3_coder | llama3 | mistral | pythonic
     reasoning_parser: Optional[str] = None  # how thinking is marked: deepseek-r1 | deepseek-v3 | qwen3 | ... | kimi
     trust_remote_code: bool = False
 

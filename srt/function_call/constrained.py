@@ -8,7 +8,7 @@ Named: the output is the function's arguments object. Required: the output is a 
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Mapping, Optional
 
 from radixlm.function_call.parsers import ToolCallItem
 
@@ -29,7 +29,7 @@ def tool_choice_schema(functions: dict[str, Optional[dict]], name: Optional[str]
     return schema
 
 
-def constrained_calls(text: str, name: Optional[str], tool_names: set[str]) -> list[ToolCallItem]:
+def constrained_calls(text: str, name: Optional[str], tools: Mapping[str, Optional[dict]]) -> list[ToolCallItem]:
     """The calls in a forced output; [] when it is not the forced form (cut short by max_tokens, say)."""
     try:
         value = json.loads(text)
@@ -41,7 +41,7 @@ def constrained_calls(text: str, name: Optional[str], tool_names: set[str]) -> l
         return []
     calls = []
     for entry in value:
-        if not isinstance(entry, dict) or entry.get("name") not in tool_names or not isinstance(
+        if not isinstance(entry, dict) or entry.get("name") not in tools or not isinstance(
                 entry.get("parameters"), dict):
             return []
         calls.append(ToolCallItem(entry["name"], json.dumps(entry["parameters"], ensure_ascii=False)))

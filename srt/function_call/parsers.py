@@ -4,8 +4,8 @@
 `</tool_call>` (a last call may lack the closing tag when generation stopped there). `llama3`: Llama 3.1/3.2, the
 output (optionally after `<|python_tag|>`) is one or more JSON objects `{"name": ..., "parameters": {...}}`
 separated by `;`. `mistral`: `[TOOL_CALLS]` then a JSON array of `{"name": ..., "arguments": {...}}`.
-`pythonic`: a Python list of calls with keyword arguments. A parse either finds calls that all name a declared
-tool, or leaves the text as content.
+`pythonic`: a Python list of calls with keyword arguments. `qwen3_coder` (its own module): XML-like tags. A parse
+either finds calls that all name a declared tool, or leaves the text as content.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 import json
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Mapping, Optional
 
 
 @dataclass(frozen=True)
@@ -41,18 +41,19 @@ class ToolParser:
     call_depth: ClassVar[Optional[int]] = None
     args_keys: ClassVar[tuple[str, ...]] = ()
 
-    def parse(self, text: str, tool_names: set[str]) -> ParseResult:
+    def parse(self, text: str, tools: Mapping[str, Optional[dict]]) -> ParseResult:
+        """`tools`: the declared tools, name -> parameters schema."""
         start = self.call_start(text)
-        calls = [] if start is None else self.declared_calls(text[start:], tool_names)
+        calls = [] if start is None else self.declared_calls(text[start:], tools)
         if start is None or not calls:
             return ParseResult(text or None, [])
         head = text[:start]
         return ParseResult(head if head.strip() else None, calls)
 
-    def declared_calls(self, text: str, tool_names: set[str]) -> list[ToolCallItem]:
+    def declared_calls(self, text: str, tools: Mapping[str, Optional[dict]]) -> list[ToolCallItem]:
         """The calls in `text` (from the first call on) if every one names a declared tool, else []."""
         calls = self.parse_calls(text)
-        return calls if all(c.name in tool_names for c in calls) else []
+        return calls if all(c.name in tools for c in calls) else []
 
     def call_start(self, text: str) -> Optional[int]:
         """Where the first call starts, or None."""
@@ -65,6 +66,14 @@ class ToolParser:
     def parse_calls(self, text: str) -> list[ToolCallItem]:
         """The calls in `text` (which starts at the first call); [] when any is malformed."""
         raise NotImplementedError
+
+
+TOOL_CALL_PARSERS: dict[str, type[ToolParser]] = {}  # filled by register_tool_parser (qwen3_coder.py too)
+
+
+def register_tool_parser(cls: type[ToolParser]) -> type[ToolParser]:
+    TOOL_CALL_PARSERS[cls.name] = cls
+    return cls
 
 
 def _call_item(obj: object, args_keys: tuple[str, ...]) -> Optional[ToolCallItem]:
@@ -81,6 +90,7 @@ def _call_item(obj: object, args_keys: tuple[str, ...]) -> Optional[ToolCallItem
     return ToolCallItem(obj["name"], json.dumps(args, ensure_ascii=False))
 
 
+@register_tool_parser
 class Qwen25Parser(ToolParser):
     name = "qwen25"
     markers = ("<tool_call>",)
@@ -101,6 +111,7 @@ class Qwen25Parser(ToolParser):
         return calls
 
 
+@register_tool_parser
 class Llama3Parser(ToolParser):
     """`<|python_tag|>` is a special token, so with `skip_special_tokens` the text may start at the JSON."""
 
@@ -131,6 +142,7 @@ class Llama3Parser(ToolParser):
         return calls
 
 
+@register_tool_parser
 class MistralParser(ToolParser):
     """`[TOOL_CALLS]` is a special token, so with `skip_special_tokens` the text may hold the array alone."""
 
@@ -153,6 +165,7 @@ class MistralParser(ToolParser):
         return [c for c in calls if c is not None]
 
 
+@register_tool_parser
 class PythonicParser(ToolParser):
     """Llama 3.2 / Llama 4's pythonic form: `[get_weather(city="Paris"), get_time()]`, keyword arguments with
     literal values, optionally between `<|python_start|>` and `<|python_end|>`."""
@@ -181,10 +194,6 @@ class PythonicParser(ToolParser):
                 return []
             calls.append(ToolCallItem(node.func.id, json.dumps(arguments, ensure_ascii=False)))
         return calls
-
-
-TOOL_CALL_PARSERS: dict[str, type[ToolParser]] = {
-    p.name: p for p in (Qwen25Parser, Llama3Parser, MistralParser, PythonicParser)}
 
 
 def get_tool_parser(name: Optional[str]) -> Optional[ToolParser]:

@@ -11,7 +11,7 @@ Once a call has been announced the choice is committed to tool calls, even if th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
 from radixlm.function_call.constrained import constrained_calls
 from radixlm.function_call.json_scan import CallScan, object_starts, scan_call
@@ -30,7 +30,7 @@ class CallDelta:
 @dataclass
 class ToolStreamBuffer:
     parser: Optional[ToolParser]  # "auto": the server's --tool-call-parser
-    tool_names: frozenset[str] = frozenset()
+    tools: Mapping[str, Optional[dict]] = field(default_factory=dict)  # declared: name -> parameters schema
     forced: bool = False  # "required" / named: the whole output is the forced JSON
     forced_name: Optional[str] = None
     incremental: bool = False
@@ -99,9 +99,9 @@ class ToolStreamBuffer:
 
     def _parsed(self, rest: str) -> list[ToolCallItem]:
         if self.forced:
-            return constrained_calls(rest, self.forced_name, set(self.tool_names))
+            return constrained_calls(rest, self.forced_name, self.tools)
         if self.holding and self.parser is not None:
-            return self.parser.declared_calls(rest, set(self.tool_names))
+            return self.parser.declared_calls(rest, self.tools)
         return []
 
     def _scans(self, region: str) -> list[CallScan]:
@@ -141,7 +141,7 @@ class ToolStreamBuffer:
         """Whether the call can go out now; a call that never will stalls the announcements."""
         if scan.name is None or scan.args_start is None:  # the arguments' first character says if they stream
             return False
-        if scan.name not in self.tool_names or scan.args_is_string:
+        if scan.name not in self.tools or scan.args_is_string:
             self.stalled = True
             return False
         self.streamed.append(0)

@@ -41,7 +41,7 @@ class ToolPlan:
 
     def buffer(self, incremental: bool = False) -> ToolStreamBuffer:
         """`incremental`: a stream's buffer, which sends arguments as they come."""
-        return ToolStreamBuffer(self.parser, frozenset(self.functions), forced=self.json_schema is not None,
+        return ToolStreamBuffer(self.parser, self.functions, forced=self.json_schema is not None,
                                 forced_name=self.forced_name, incremental=incremental)
 
     def split(self, text: str) -> tuple[Optional[str], list[ToolCallItem]]:

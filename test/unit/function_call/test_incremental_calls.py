@@ -10,7 +10,7 @@ import pytest
 from radixlm.function_call import ToolStreamBuffer, get_tool_parser
 from radixlm.function_call.json_scan import object_starts, scan_call
 
-NAMES = frozenset({"get_weather", "get_time"})
+NAMES: dict = dict.fromkeys(["get_weather", "get_time"])  # declared tools, no schemas
 ARGS = '{"city": "Paris", "note": "a {brace}, a \\"quote\\""}'
 OUTPUTS = {  # parser -> an output with two calls (the first with tricky arguments)
     "qwen25": f'Checking.\n<tool_call>\n{{"name": "get_weather", "arguments": {ARGS}}}\n</tool_call>\n'
@@ -60,7 +60,7 @@ def assemble(buffer: ToolStreamBuffer, text: str, cuts: list[int]) -> tuple[str,
 @pytest.mark.parametrize("parser", sorted(OUTPUTS))
 def test_every_cut_streams_the_calls_of_the_whole_parse(parser: str) -> None:
     text = OUTPUTS[parser]
-    whole = get_tool_parser(parser).parse(text, set(NAMES))
+    whole = get_tool_parser(parser).parse(text, NAMES)
     assert [c.name for c in whole.calls] == ["get_weather", "get_time"]
     for cut in range(len(text) + 1):
         buffer = ToolStreamBuffer(get_tool_parser(parser), NAMES, incremental=True)
