@@ -36,10 +36,10 @@ class ToolParser:
     name: ClassVar[str] = ""
     markers: ClassVar[tuple[str, ...]] = ()
     start_markers: ClassVar[tuple[str, ...]] = ()
-    # JSON formats, for streams that send arguments as they come (json_scan): the nesting depth of the call
-    # objects and the keys of their arguments; None: calls are sent whole once the output ends
-    call_depth: ClassVar[Optional[int]] = None
+    # JSON formats: the keys that may hold a call's arguments (first found wins), and the nesting depth of the
+    # call objects, for streams that send arguments as they come (json_scan; None: calls are sent whole at the end)
     args_keys: ClassVar[tuple[str, ...]] = ()
+    call_depth: ClassVar[Optional[int]] = None
 
     def parse(self, text: str, tools: Mapping[str, Optional[dict]]) -> ParseResult:
         """`tools`: the declared tools, name -> parameters schema."""
@@ -102,7 +102,7 @@ class Qwen25Parser(ToolParser):
         calls = []
         for body in self._BLOCK.findall(text):
             try:
-                item = _call_item(json.loads(body), ("arguments", "parameters"))
+                item = _call_item(json.loads(body), self.args_keys)
             except json.JSONDecodeError:
                 return []
             if item is None:
@@ -130,7 +130,7 @@ class Llama3Parser(ToolParser):
                 obj, end = decoder.raw_decode(rest)
             except json.JSONDecodeError:
                 return []
-            item = _call_item(obj, ("parameters", "arguments"))
+            item = _call_item(obj, self.args_keys)
             if item is None:
                 return []
             calls.append(item)
@@ -159,7 +159,7 @@ class MistralParser(ToolParser):
         except json.JSONDecodeError:
             return []
         entries = value if isinstance(value, list) else [value]
-        calls = [_call_item(entry, ("arguments", "parameters")) for entry in entries]
+        calls = [_call_item(entry, self.args_keys) for entry in entries]
         if not calls or body[end:].strip() or any(c is None for c in calls):
             return []
         return [c for c in calls if c is not None]

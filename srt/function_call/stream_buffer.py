@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from radixlm.function_call.constrained import constrained_calls
-from radixlm.function_call.json_scan import CallScan, object_starts, scan_call
+from radixlm.function_call.json_scan import CallScan, CallScanner, StartFinder
 from radixlm.function_call.parsers import ToolCallItem, ToolParser
 
 REQUIRED_ARGS_KEYS = ("parameters",)  # the forced "required" form: [{"name": ..., "parameters": {...}}, ...]
@@ -40,6 +40,9 @@ class ToolStreamBuffer:
     region: int = field(default=0, init=False)  # where the held calls begin
     streamed: list[int] = field(default_factory=list, init=False)  # per announced call: argument chars sent
     stalled: bool = field(default=False, init=False)  # no further call is announced before the end
+    _finder: Optional[StartFinder] = field(default=None, init=False)  # where the next call object opens
+    _open: Optional[CallScanner] = field(default=None, init=False)  # the call object being read
+    _open_announced: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.holding = self.forced
@@ -104,37 +107,53 @@ class ToolStreamBuffer:
             return self.parser.declared_calls(rest, self.tools)
         return []
 
-    def _scans(self, region: str) -> list[CallScan]:
+    def _call_format(self) -> Optional[tuple[int, tuple[str, ...]]]:
+        """(the call objects' nesting depth, their arguments' keys), or None when calls are not streamed."""
         if self.forced_name is not None:
-            starts = object_starts(region, 0)[:1]
-            return [CallScan(self.forced_name, s, scan.end, False, scan.end)
-                    for s in starts for scan in [scan_call(region, s, ())]]
+            return 0, ()  # the whole output is the arguments object
         if self.forced:
-            depth, keys = 1, REQUIRED_ARGS_KEYS
-        elif self.parser is not None and self.parser.call_depth is not None:
-            depth, keys = self.parser.call_depth, self.parser.args_keys
-        else:
-            return []
-        return [scan_call(region, s, keys) for s in object_starts(region, depth)]
+            return 1, REQUIRED_ARGS_KEYS
+        if self.parser is not None and self.parser.call_depth is not None:
+            return self.parser.call_depth, self.parser.args_keys
+        return None
+
+    def _next_scan(self, region: str) -> Optional[CallScan]:
+        """The open call read as far as the text goes (a new one once the last closed), or None."""
+        if self._open is None:
+            form = self._call_format()
+            if form is None or (self.forced_name is not None and self.streamed):
+                return None
+            if self._finder is None:
+                self._finder = StartFinder(form[0])
+            start = self._finder.next_start(region)
+            if start is None:
+                return None
+            self._open, self._open_announced = CallScanner(start, form[1]), False
+        scan = self._open.advance(region)
+        if self.forced_name is not None:
+            scan = CallScan(self.forced_name, self._open.start, scan.end, False, scan.end)
+        return scan
 
     def _advance(self) -> list[CallDelta]:
         """Announce the calls that can be, and send the arguments written since the last call."""
         region = self.text[self.region:]
         out: list[CallDelta] = []
-        for index, scan in enumerate(self._scans(region)):
-            if index == len(self.streamed):
-                if self.stalled or not self._announce(scan):
+        while not self.stalled and (scan := self._next_scan(region)) is not None:
+            if not self._open_announced:
+                if not self._announce(scan):
                     break
-                out.append(CallDelta(index, scan.name, ""))
-            if scan.args_start is None:
-                break
+                self._open_announced = True
+                out.append(CallDelta(len(self.streamed) - 1, scan.name, ""))
+            index = len(self.streamed) - 1
             stop = scan.args_end if scan.args_end is not None else len(region)
             piece = region[scan.args_start + self.streamed[index]:stop]
             if piece:
                 out.append(CallDelta(index, None, piece))
                 self.streamed[index] += len(piece)
-            if scan.args_end is None:
+            if scan.end is None:
                 break
+            self._finder.resume_after(scan.end)
+            self._open = None
         return _merged(out)
 
     def _announce(self, scan: CallScan) -> bool:
