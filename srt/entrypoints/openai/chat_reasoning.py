@@ -44,12 +44,13 @@ def output_thinks_first(req: ChatCompletionRequest, parser_name: Optional[str], 
     return starts_in_reasoning(fmt, prompt)
 
 
-def plan_reasoning(req: ChatCompletionRequest, parser_name: Optional[str], prompt: str) -> Optional[ReasoningPlan]:
-    """None when nothing is separated (no parser on the server, or `separate_reasoning: false`)."""
+def plan_reasoning(req: ChatCompletionRequest, parser_name: Optional[str],
+                   thinks_first: bool) -> Optional[ReasoningPlan]:
+    """None when nothing is separated (no parser on the server, or `separate_reasoning: false`);
+    `thinks_first`: output_thinks_first's answer."""
     if parser_name is None or not req.separate_reasoning:
         return None
-    return ReasoningPlan(get_reasoning_format(parser_name), output_thinks_first(req, parser_name, prompt),
-                         req.stream_reasoning)
+    return ReasoningPlan(get_reasoning_format(parser_name), thinks_first, req.stream_reasoning)
 
 
 @dataclass

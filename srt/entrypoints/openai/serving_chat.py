@@ -97,13 +97,14 @@ class OpenAIServingChat(OpenAIServingBase):
         if tools is not None and tools.json_schema is not None:
             params["json_schema"] = tools.json_schema
         constrained = any(params.get(k) is not None for k in ("json_schema", "regex", "ebnf"))
+        thinks_first = output_thinks_first(req, self.reasoning_parser, prompt)
         obj = GenerateReqInput(
             input_ids=prompt_ids, rid=rid, sampling_params=params,
             return_logprob=req.logprobs, top_logprobs_num=req.top_logprobs or 0,
             return_text_in_logprobs=True, stream=req.stream, cache_salt=req.cache_salt,
-            require_reasoning=constrained and output_thinks_first(req, self.reasoning_parser, prompt),
+            require_reasoning=constrained and thinks_first,
         )
-        return ChatPlan(req, rid, obj, tools, plan_reasoning(req, self.reasoning_parser, prompt))
+        return ChatPlan(req, rid, obj, tools, plan_reasoning(req, self.reasoning_parser, thinks_first))
 
     def prompt_text(self, req: ChatCompletionRequest, tools: Optional[ToolPlan] = None) -> str:
         """The chat rendered through the template (with the request's tools and chat_template_kwargs)."""
