@@ -15,9 +15,10 @@ import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import ORJSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from radixlm.entrypoints.json_response import JSONResponse
 from radixlm.entrypoints.openai.protocol import (
     ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
 )
@@ -49,7 +50,7 @@ class ServerState:
 
 
 def create_app(tokenizer_manager: Any, server_args: ServerArgs) -> FastAPI:
-    app = FastAPI(default_response_class=ORJSONResponse)
+    app = FastAPI(default_response_class=JSONResponse)
     app.state.server = ServerState(
         tokenizer_manager=tokenizer_manager, server_args=server_args,
         chat=OpenAIServingChat(tokenizer_manager, load_chat_template(server_args.chat_template),
@@ -72,11 +73,11 @@ def _state(raw_request: Request) -> ServerState:
     return raw_request.app.state.server
 
 
-async def _openai_error_handler(_: Request, exc: OpenAIError) -> ORJSONResponse:
+async def _openai_error_handler(_: Request, exc: OpenAIError) -> JSONResponse:
     return error_response(exc.status, exc.message, exc.param)
 
 
-async def _internal_error_handler(_: Request, exc: Exception) -> ORJSONResponse:
+async def _internal_error_handler(_: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error in a request")
     return error_response(500, f"Internal server error: {type(exc).__name__}: {exc}")
 
@@ -172,7 +173,7 @@ async def _generate(raw_request: Request) -> Response:
     hop_trace.mark("http_out")
     if not obj.stream:
         await stream.aclose()
-        return ORJSONResponse(first)
+        return JSONResponse(first)
     return StreamingResponse(_native_stream(tm, obj, first, stream), media_type="text/event-stream")
 
 

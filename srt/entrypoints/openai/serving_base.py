@@ -7,14 +7,14 @@ OpenAI error body `{"object": "error", "message", "type", "param", "code"}`.
 from __future__ import annotations
 
 import uuid
-import warnings
 from typing import Any, AsyncIterator, Callable, Optional, TypeVar
 
 import orjson
 from fastapi import Request
-from fastapi.responses import ORJSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from radixlm.entrypoints.json_response import JSONResponse
 from radixlm.constrained import response_format_to_json_schema, validate_grammar_request
 from radixlm.entrypoints.openai.protocol import ErrorResponse, PromptTokensDetails, SamplingFields, UsageInfo
 from radixlm.managers.io_struct import GenerateReqInput
@@ -33,9 +33,6 @@ MODEL_ALIASES = ("default",)
 
 Req = TypeVar("Req", bound=BaseModel)
 
-# Newer FastAPI deprecates ORJSONResponse in favour of typed routes; our routes return plain dicts.
-warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
-
 
 class OpenAIError(Exception):
     """A request failure with its HTTP status; `param` names the offending field."""
@@ -47,9 +44,9 @@ class OpenAIError(Exception):
         self.param = param
 
 
-def error_response(status: int, message: str, param: Optional[str] = None) -> ORJSONResponse:
+def error_response(status: int, message: str, param: Optional[str] = None) -> JSONResponse:
     body = ErrorResponse(message=message, type=ERROR_TYPES.get(status, "BadRequestError"), param=param, code=status)
-    return ORJSONResponse(body.model_dump(), status_code=status)
+    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def error_from_value_error(exc: ValueError) -> OpenAIError:
@@ -225,7 +222,7 @@ class OpenAIServingBase:
             return StreamingResponse(self.stream(plan, first, stream), media_type="text/event-stream")
         await stream.aclose()
         outputs = first if isinstance(first, list) else [first]
-        return ORJSONResponse(self.response(plan, outputs).model_dump())
+        return JSONResponse(self.response(plan, outputs).model_dump())
 
     def plan(self, req: Any) -> Any:
         raise NotImplementedError
