@@ -60,6 +60,11 @@ class AttentionBackend(ABC):
         set `supports_extend_last`; for the others the model runs the whole layer."""
         raise NotImplementedError(f"{type(self).__name__} does not attend for the last extend token only")
 
+    def warm_up(self, model_runner: object) -> int:
+        """Before serving: run the kernels whose compiled variant depends on the batch once per variant, so
+        that none compiles on a live batch. Returns how many launches it made (0: nothing to warm)."""
+        return 0
+
     def takes_decode_rope(self, forward_batch: "ForwardBatch") -> bool:
         """True when `forward(..., rope=...)` on this batch rotates q/k and stores k/v itself (one kernel
         for rotary, store and attention), so the layer passes q/k un-rotated."""

@@ -96,6 +96,19 @@ def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
     return BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, SLOTS_AHEAD
 
 
+def decode_launch_variant(bs: int, max_kv_splits: int, kv_dtype: torch.dtype) -> tuple:
+    """What picks the compiled kernels of a plain `decode_attention_fwd` launch (no order, cascade or rope;
+    splits counted from the lengths) of `bs` rows over a grid of `max_kv_splits` splits: launches that give
+    equal values run the same compiled split (and merge) kernels. Lets a server compile each one before
+    serving instead of on the first batch that needs it (about 1 s each on a machine with no Triton cache)."""
+    fp8 = is_fp8(kv_dtype)
+    direct = max_kv_splits == 1
+    fused = FUSED_MERGE and 1 < max_kv_splits <= FUSED_MERGE_MAX_SPLITS
+    merge_block = 0 if direct or fused else next_power_of_2(max_kv_splits)
+    # Triton also specializes the grid_splits argument on being 16-divisible
+    return _launch_knobs(fp8, bs), direct, fused, max_kv_splits % 16 == 0, merge_block
+
+
 def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
     """How many kv heads one decode program attends (the knob for this pool dtype, at most the
     kv heads there are, rounded up to a power of two)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -59,6 +60,7 @@ class ModelRunner:
         self.attn_backend = create_attention_backend(server_args.attention_backend, self)
         self.sampler = Sampler()
         self.cuda_graph_runner = self.init_cuda_graphs()
+        self.warm_up_kernels()
         logger.info("device memory after startup: %s", self.memory_report().as_dict())
 
     def init_cuda_graphs(self) -> Optional["CudaGraphRunner"]:
@@ -71,6 +73,17 @@ class ModelRunner:
         from radixlm.model_executor.cuda_graph_runner import CudaGraphRunner
 
         return CudaGraphRunner(self)
+
+    def warm_up_kernels(self) -> None:
+        """On CUDA, the attention backend's batch-dependent kernel variants, compiled before serving (each
+        is ~1 s on a machine with no Triton cache; on a live batch that stalls every running request)."""
+        if self.device.type != "cuda":
+            return
+        start = time.perf_counter()
+        launches = self.attn_backend.warm_up(self)
+        torch.cuda.synchronize()
+        if launches:
+            logger.info("attention kernels warmed up: %d variants in %.1f s", launches, time.perf_counter() - start)
 
     # ---- memory ------------------------------------------------------------------
 
