@@ -29,6 +29,8 @@
 #     shared_prefix offline_hf | OFFLINE_TAG=f92 OFFLINE_FLAGS="--mem-fraction-static 0.92" offline_ci_x | logprob_memory
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
+#   thirty-fifth session: offline_ci online parity shared_prefix | OFFLINE_TAG=nolag OFFLINE_ENV=RADIXLM_LAG_FOR_FREES=0
+#     offline_ci_x one_batch_small | shared_prefix_radix kernels; shared_prefix_radix | (next) shared_prefix_fresh
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
@@ -215,6 +217,23 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
+    shared_prefix_fresh)  # shared_prefix (radix cache on, then off) on an empty Triton cache, every compile logged
+            # (benchmark/compile_log): the compiles that fall inside each timed run are printed
+            (export TRITON_CACHE_DIR=/tmp/triton_fresh PYTHONPATH=$PWD/benchmark/compile_log:$PYTHONPATH
+             rm -rf "$TRITON_CACHE_DIR"
+             for flag in "" "--disable-radix-cache"; do tag=${flag:+nocache}; tag=${tag:-radix}
+               export RADIXLM_COMPILE_LOG="$OUT/compiles_$tag.log"; echo "=== shared_prefix_fresh_$tag"
+               timeout 300 python3 benchmark/bench_offline_throughput.py --model-path $MODEL --load-format dummy \
+                 --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 --gsp-prompts-per-group 16 \
+                 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 --skip-hf \
+                 --cuda-graph-max-bs 512 --log-level info $flag 2>&1 \
+                 | while IFS= read -r l; do echo "$(date +%s.%N) $l"; done >"$OUT/shared_prefix_fresh_$tag.log"
+               row=$(grep "x512 |" "$OUT/shared_prefix_fresh_$tag.log" | tail -1); echo "${row#* }"
+               grep -E "step profile|warmed up" "$OUT/shared_prefix_fresh_$tag.log" | cut -d' ' -f2- | cut -c1-200
+               t=${row%% *}; secs=$(echo "$row" | awk -F'|' '{print $4}')
+               echo "compiles: $(wc -l <"$RADIXLM_COMPILE_LOG") in the process; inside the timed run:"
+               awk -v t="$t" -v s="$secs" '$1 > t - s - 0.5 && $1 < t {printf "  %.1f s before its end: %s %s s\n",
+                 t - $1, $3, $4}' "$RADIXLM_COMPILE_LOG"; done) ;;
     logprob_memory) step logprob_memory 240 python3 benchmark/gpu_logprob_memory.py --model-path $MODEL \
                  --load-format dummy --prompt-len 8000 --top-logprobs 5 ;;
     beside_test) (export RADIXLM_TEST_TOKENIZER=$MODEL; step beside_test 300 python3 -m pytest -q \
