@@ -121,6 +121,24 @@ def test_mixed_batch_one_token_rows_take_the_decode_kernel(device: str, dtype: t
     assert triton._eager_splits(64) == triton._grid_splits(64) < 32
 
 
+def test_warm_up_runs_each_eager_variant_and_leaves_the_pool(device: str, dtype: torch.dtype, tol: dict) -> None:
+    """The startup warm-up launches the real decode kernel once per variant that 1..max_running_requests
+    rows reach (here the small-batch grid, the sized grid and one split), and only reads the pool."""
+    import radixlm_kernel
+
+    h = Harness(device, dtype)
+    h.run(h.batch(ForwardMode.EXTEND, [0], [20]), tol)  # something in the pool to leave untouched
+    runner, triton = h.runners["triton"], h.backends["triton"]
+    triton.num_sms = 8  # the CPU's stand-in count, on the GPU too: 80 rows then reach all three grids
+    runner.max_running_requests, runner.dtype = 80, dtype
+    pool = runner.token_to_kv_pool
+    before = [b.clone() for b in pool.k_buffer + pool.v_buffer]
+    variants = {radixlm_kernel.decode_launch_variant(bs, triton._eager_splits(bs), pool.dtype) for bs in range(1, 81)}
+    assert len(variants) >= 3
+    assert triton.warm_up(runner) == len(variants)
+    assert all(torch.equal(a, b) for a, b in zip(before, pool.k_buffer + pool.v_buffer))
+
+
 def test_registered_under_triton() -> None:
     from radixlm.layers.attention.base import ATTENTION_BACKENDS
     from radixlm.layers.attention.triton_backend import TritonAttnBackend

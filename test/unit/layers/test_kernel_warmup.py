@@ -60,9 +60,9 @@ def launch_spec(backend, model_runner, recorded: list, bs: int) -> tuple:
     q = torch.zeros(bs, 32, 64)
     rows = torch.zeros(bs, dtype=torch.int64)
     del recorded[:]
-    radixlm_kernel.decode_attention_fwd(q, k_buf, v_buf, torch.empty_like(q), model_runner.req_to_token_pool.req_to_token,
-                                        rows, torch.ones_like(rows), None, 1.0,
-                                        max_kv_splits=backend._eager_splits(bs))
+    req_to_token = model_runner.req_to_token_pool.req_to_token
+    radixlm_kernel.decode_attention_fwd(q, k_buf, v_buf, torch.empty_like(q), req_to_token, rows, torch.ones_like(rows),
+                                        None, 1.0, max_kv_splits=backend._eager_splits(bs))
     return tuple(recorded)
 
 
