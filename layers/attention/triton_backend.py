@@ -207,16 +207,17 @@ class TritonAttnBackend(AttentionBackend):
         before serving; the pool is only read). Decode batches in CUDA graphs compiled at capture."""
         k_buf, v_buf = model_runner.token_to_kv_pool.get_kv_buffer(0)
         req_to_token = model_runner.req_to_token_pool.req_to_token
-        rows_for: dict[tuple, int] = {}
+        launch_for: dict[tuple, tuple[int, int]] = {}  # variant -> the first (rows, split grid) that takes it
         for bs in range(1, model_runner.max_running_requests + 1):
-            rows_for.setdefault(self.kernel.decode_launch_variant(bs, self._eager_splits(bs), self.kv_dtype), bs)
-        for bs in rows_for.values():
+            splits = self._eager_splits(bs)
+            launch_for.setdefault(self.kernel.decode_launch_variant(bs, splits, self.kv_dtype), (bs, splits))
+        for bs, splits in launch_for.values():
             q = torch.zeros((bs, self.num_q_heads, k_buf.shape[-1]), dtype=model_runner.dtype, device=self.device)
             o = torch.empty((bs, self.num_q_heads, self.v_head_dim), dtype=model_runner.dtype, device=self.device)
             rows = torch.zeros(bs, dtype=torch.int64, device=self.device)
             self.kernel.decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, torch.ones_like(rows), None,
-                                             1.0, max_kv_splits=self._eager_splits(bs))
-        return len(rows_for)
+                                             1.0, max_kv_splits=splits)
+        return len(launch_for)
 
     # ---- CUDA graphs (decode) -----------------------------------------------------------
 

@@ -7,7 +7,7 @@ the kernels (slowly, on float32 CPU tensors) under Triton's interpreter.
 from radixlm_kernel.activation import silu_and_mul
 from radixlm_kernel.argmax import argmax
 from radixlm_kernel.cascade_attention import CascadePlan, cascade_plan, members_per_block
-from radixlm_kernel.decode_attention import decode_attention_fwd, kv_heads_per_program, decode_launch_variant
+from radixlm_kernel.decode_attention import decode_attention_fwd, decode_launch_variant, kv_heads_per_program
 from radixlm_kernel.decode_splits import compute_num_kv_splits, grid_kv_splits, longest_first_order, prefix_order
 from radixlm_kernel.decode_rope import DecodeRope
 from radixlm_kernel.extend_attention import extend_attention_fwd

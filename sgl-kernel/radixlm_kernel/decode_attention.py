@@ -96,14 +96,19 @@ def _launch_knobs(fp8: bool, bs: int) -> tuple[int, int, int, bool, bool]:
     return BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, SLOTS_AHEAD
 
 
+def _merge_mode(max_kv_splits: int) -> tuple[bool, bool]:
+    """(direct, fused merge) for a grid of `max_kv_splits` splits: with one split the split kernel writes the
+    output itself; with 2..FUSED_MERGE_MAX_SPLITS its last program merges; beyond, a merge kernel does."""
+    return max_kv_splits == 1, FUSED_MERGE and 1 < max_kv_splits <= FUSED_MERGE_MAX_SPLITS
+
+
 def decode_launch_variant(bs: int, max_kv_splits: int, kv_dtype: torch.dtype) -> tuple:
     """What picks the compiled kernels of a plain `decode_attention_fwd` launch (no order, cascade or rope;
     splits counted from the lengths) of `bs` rows over a grid of `max_kv_splits` splits: launches that give
     equal values run the same compiled split (and merge) kernels. Lets a server compile each one before
     serving instead of on the first batch that needs it (about 1 s each on a machine with no Triton cache)."""
     fp8 = is_fp8(kv_dtype)
-    direct = max_kv_splits == 1
-    fused = FUSED_MERGE and 1 < max_kv_splits <= FUSED_MERGE_MAX_SPLITS
+    direct, fused = _merge_mode(max_kv_splits)
     merge_block = 0 if direct or fused else next_power_of_2(max_kv_splits)
     # Triton also specializes the grid_splits argument on being 16-divisible
     return _launch_knobs(fp8, bs), direct, fused, max_kv_splits % 16 == 0, merge_block
@@ -512,7 +517,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     pre_len = cascade.pre_len if cascade is not None else seq_lens
     n_pre = cascade.n_pre if cascade is not None else seq_lens
     group = num_q_heads // num_kv_heads
-    direct = max_kv_splits == 1  # then every request has exactly one split (num_kv_splits <= the grid's)
+    # direct: every request has exactly one split (num_kv_splits <= the grid's)
+    direct, fused_merge = _merge_mode(max_kv_splits)
     fp8 = is_fp8(k_buffer.dtype)
     block_n, warps, stages, swap, ahead = _launch_knobs(fp8, bs)
     align = block_n if (FP8_ALIGN_SPLITS if fp8 else ALIGN_SPLITS) and max_kv_splits > 1 else 1
@@ -520,7 +526,6 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     block_g = next_power_of_2(group)
     groups = triton.cdiv(num_kv_heads, heads)
     grid = (groups, max_kv_splits, bs) if HEADS_FASTEST else (bs, groups, max_kv_splits)
-    fused_merge = FUSED_MERGE and 1 < max_kv_splits <= FUSED_MERGE_MAX_SPLITS
     if fused_merge and split_counters is None:
         split_counters = torch.zeros((bs, groups), dtype=torch.int32, device=q.device)
     elif fused_merge and (split_counters.shape[0] < bs or split_counters.shape[1] < groups

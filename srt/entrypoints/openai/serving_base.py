@@ -14,8 +14,8 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from radixlm.entrypoints.json_response import JSONResponse
 from radixlm.constrained import response_format_to_json_schema, validate_grammar_request
+from radixlm.entrypoints.json_response import JSONResponse
 from radixlm.entrypoints.openai.protocol import ErrorResponse, PromptTokensDetails, SamplingFields, UsageInfo
 from radixlm.managers.io_struct import GenerateReqInput
 from radixlm.managers.tokenizer_manager import ServerUnhealthyError
