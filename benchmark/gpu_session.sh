@@ -217,11 +217,13 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 \
                  --gsp-prompts-per-group 16 --gsp-system-prompt-len 2048 --gsp-question-len 128 --gsp-output-len 256 \
                  --skip-hf --cuda-graph-max-bs 512 $flag; done ;;
-    shared_prefix_fresh)  # shared_prefix (radix cache on, then off) on an empty Triton cache, every compile logged
-            # (benchmark/compile_log): the compiles that fall inside each timed run are printed
+    shared_prefix_fresh|shared_prefix_fresh_radix)  # shared_prefix (radix cache on, then off; _radix: on only)
+            # on an empty Triton cache, every compile logged (benchmark/compile_log): the compiles that fall inside
+            # each timed run are printed
+            flags=("" "--disable-radix-cache"); [ $what = shared_prefix_fresh_radix ] && flags=("")
             (export TRITON_CACHE_DIR=/tmp/triton_fresh PYTHONPATH=$PWD/benchmark/compile_log:$PYTHONPATH
              rm -rf "$TRITON_CACHE_DIR"
-             for flag in "" "--disable-radix-cache"; do tag=${flag:+nocache}; tag=${tag:-radix}
+             for flag in "${flags[@]}"; do tag=${flag:+nocache}; tag=${tag:-radix}
                export RADIXLM_COMPILE_LOG="$OUT/compiles_$tag.log"; echo "=== shared_prefix_fresh_$tag"
                timeout 300 python3 benchmark/bench_offline_throughput.py --model-path $MODEL --load-format dummy \
                  --dtype bfloat16 --dataset generated-shared-prefix --gsp-num-groups 32 --gsp-prompts-per-group 16 \

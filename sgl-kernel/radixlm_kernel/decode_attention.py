@@ -160,7 +160,11 @@ if os.environ.get("RADIXLM_KERNEL_DECODE"):
         "RADIXLM_KERNEL_DECODE", os.environ["RADIXLM_KERNEL_DECODE"])
 
 
-@jit_any_alignment("req_pool_ptr", "seq_lens_ptr", "splits_ptr", "order_ptr", "pre_len_ptr", "n_pre_ptr", "loc_ptr")
+# the split kernel's per-request index arrays: their alignment is left out of its specialization key
+SPLIT_ANY_ALIGNMENT = ("req_pool_ptr", "seq_lens_ptr", "splits_ptr", "order_ptr", "pre_len_ptr", "n_pre_ptr", "loc_ptr")
+
+
+@jit_any_alignment(*SPLIT_ANY_ALIGNMENT)
 def _decode_split_kernel(q_ptr, k_buf_ptr, v_buf_ptr, req_to_token_ptr, req_pool_ptr, seq_lens_ptr, splits_ptr,
                          mid_o_ptr, mid_lse_ptr, sm_scale, q_s0, q_s1, kb_s0, kb_s1, vb_s0, vb_s1, r2t_s0,
                          mo_s0, mo_s1, mo_s2, ml_s0, ml_s1, o_ptr, o_s0, o_s1, order_ptr, pre_len_ptr, n_pre_ptr,
@@ -407,7 +411,10 @@ def _combine(num, den, mx, o_s, lse_s):
     return num * a[:, None] + o_s * c[:, None], den * a + c, mx_new
 
 
-@jit_any_alignment("seq_lens_ptr", "splits_ptr", "pre_len_ptr", "n_pre_ptr")
+MERGE_ANY_ALIGNMENT = ("seq_lens_ptr", "splits_ptr", "pre_len_ptr", "n_pre_ptr")
+
+
+@jit_any_alignment(*MERGE_ANY_ALIGNMENT)
 def _decode_merge_kernel(mid_o_ptr, mid_lse_ptr, o_ptr, seq_lens_ptr, splits_ptr, pre_len_ptr, n_pre_ptr, mo_s0,
                          mo_s1, mo_s2, ml_s0, ml_s1, o_s0, o_s1, v_head_dim, BLOCK_S: tl.constexpr,
                          BLOCK_DV: tl.constexpr, CASCADE: tl.constexpr, SPLIT_BASE: tl.constexpr, min_split,
@@ -543,8 +550,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
         SWAP_AB=swap, SLOTS_AHEAD=ahead,
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
-        count_ptr=split_counters if fused_merge else seq_lens,
-        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, seq_lens),
+        count_ptr=split_counters if fused_merge else k_buffer,
+        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, k_buffer),
         min_split=decode_splits.MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len,
         SPLIT_ALIGN=align, num_warps=warps, num_stages=stages, **pdl_args(q))
     if direct or fused_merge:
@@ -557,11 +564,15 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align, num_warps=4, **pdl_args(q))
 
 
-def _rope_args(rope: Optional[DecodeRope], seq_lens: torch.Tensor) -> dict:
-    """The split kernel's rope arguments (placeholders without `rope`)."""
+def _rope_args(rope: Optional[DecodeRope], placeholder: torch.Tensor) -> dict:
+    """The split kernel's rope arguments; without `rope`, `placeholder` (never read) stands in for the tensors.
+    Triton keys its compiles on a pointer's 16-byte alignment, so the placeholder must be a tensor whose
+    alignment never changes between launches (the pool's k buffer), not a per-batch slice such as seq_lens:
+    an extend's last-query launch with a misaligned seq_lens compiled a variant of its own (~1 s) inside a
+    timed run (RESULTS.md, thirty-sixth session)."""
     if rope is None:
-        return dict(kn_ptr=seq_lens, vn_ptr=seq_lens, loc_ptr=seq_lens, cs_ptr=seq_lens, kn_s0=0, vn_s0=0, cs_s0=0,
-                    half=1, rotary_dim=0, FUSED_ROPE=False, ROPE_NEOX=True)
+        return dict(kn_ptr=placeholder, vn_ptr=placeholder, loc_ptr=placeholder, cs_ptr=placeholder, kn_s0=0,
+                    vn_s0=0, cs_s0=0, half=1, rotary_dim=0, FUSED_ROPE=False, ROPE_NEOX=True)
     cache = rope.cos_sin_cache
     return dict(kn_ptr=rope.k, vn_ptr=rope.v, loc_ptr=rope.loc, cs_ptr=cache, kn_s0=rope.k.stride(0),
                 vn_s0=rope.v.stride(0), cs_s0=cache.stride(0), half=cache.shape[1] // 2, rotary_dim=cache.shape[1],

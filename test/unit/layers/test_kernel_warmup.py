@@ -1,13 +1,16 @@
 """The triton backend's warm-up: one eager decode launch per compiled kernel variant.
 
 A recorder stands in for the two Triton kernels (nothing runs), so the test sees what each
-launch would specialize on: its constexprs, warps and stages, and the grid_splits argument's
-class (1, 16-divisible or other). `decode_launch_variant` must tell launches apart exactly when
-those differ, and the warm-up must launch every variant that 1..max_running_requests rows reach.
+launch would specialize on: its constexprs, warps and stages, its tensors' dtypes and (where the
+kernel keys on it) 16-byte alignment, and its integers' class (1, 16-divisible or other).
+`decode_launch_variant` must tell launches apart exactly when those differ, and the warm-up must
+launch every variant that 1..max_running_requests rows reach, whatever the alignment of the
+batch's index arrays (a misaligned seq_lens once compiled a variant of its own mid-run).
 """
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -24,25 +27,36 @@ from radixlm.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
 
 class Recorder:
-    """`kernel[grid](*args, **kwargs)` that records what Triton would compile on instead of launching."""
+    """`kernel[grid](*args, **kwargs)` that records what Triton would compile on instead of launching: the
+    constexprs, warps, stages and PDL; each tensor's dtype and, unless the kernel leaves it out of its key
+    (`any_alignment`), whether it is 16-byte aligned; each integer's class (1, 16-divisible or other)."""
 
-    def __init__(self, name: str, log: list) -> None:
-        self.name, self.log = name, log
+    def __init__(self, name: str, kernel, any_alignment: tuple, log: list) -> None:
+        self.name, self.log, self.any_alignment = name, log, set(any_alignment)
+        self.params = list(inspect.signature(kernel.fn).parameters)
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            splits = kwargs.get("grid_splits")
-            spec = tuple(sorted((k, v) for k, v in kwargs.items()
-                                if k.isupper() or k in ("num_warps", "num_stages", "launch_pdl")))
-            self.log.append((self.name, spec, (splits == 1, splits % 16 == 0) if splits is not None else None))
+            named = {**dict(zip(self.params, args)), **kwargs}
+            spec = []
+            for name, value in sorted(named.items()):
+                if name.isupper() or name in ("num_warps", "num_stages", "launch_pdl"):
+                    spec.append((name, value))
+                elif isinstance(value, torch.Tensor):
+                    spec.append((name, value.dtype, name in self.any_alignment or value.data_ptr() % 16 == 0))
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    spec.append((name, value == 1, value % 16 == 0))
+            self.log.append((self.name, tuple(spec)))
         return launch
 
 
 @pytest.fixture
 def recorded(monkeypatch):
     log: list = []
-    monkeypatch.setattr(decode_attention, "_decode_split_kernel", Recorder("split", log))
-    monkeypatch.setattr(decode_attention, "_decode_merge_kernel", Recorder("merge", log))
+    monkeypatch.setattr(decode_attention, "_decode_split_kernel", Recorder(
+        "split", decode_attention._decode_split_kernel, decode_attention.SPLIT_ANY_ALIGNMENT, log))
+    monkeypatch.setattr(decode_attention, "_decode_merge_kernel", Recorder(
+        "merge", decode_attention._decode_merge_kernel, decode_attention.MERGE_ANY_ALIGNMENT, log))
     return log
 
 
@@ -54,14 +68,16 @@ def runner(kv_dtype: torch.dtype, max_running_requests: int) -> SimpleNamespace:
                            max_running_requests=max_running_requests)
 
 
-def launch_spec(backend, model_runner, recorded: list, bs: int) -> tuple:
-    """What an extend's last-query attention over `bs` rows launches."""
+def launch_spec(backend, model_runner, recorded: list, bs: int, offset: int = 0) -> tuple:
+    """What an extend's last-query attention over `bs` rows launches. Its pool rows and lengths come as
+    slices at `offset` elements into their arrays, as a batch's can (any 16-byte alignment)."""
     k_buf, v_buf = model_runner.token_to_kv_pool.get_kv_buffer(0)
     q = torch.zeros(bs, 32, 64)
-    rows = torch.zeros(bs, dtype=torch.int64)
+    rows = torch.zeros(bs + offset, dtype=torch.int64)[offset:]
+    seq_lens = torch.ones(bs + offset, dtype=torch.int64)[offset:]
     del recorded[:]
     req_to_token = model_runner.req_to_token_pool.req_to_token
-    radixlm_kernel.decode_attention_fwd(q, k_buf, v_buf, torch.empty_like(q), req_to_token, rows, torch.ones_like(rows),
+    radixlm_kernel.decode_attention_fwd(q, k_buf, v_buf, torch.empty_like(q), req_to_token, rows, seq_lens,
                                         None, 1.0, max_kv_splits=backend._eager_splits(bs))
     return tuple(recorded)
 
@@ -74,7 +90,7 @@ def test_variant_tells_launches_apart(recorded, kv_dtype):
     by_variant: dict = {}
     for bs in range(1, 601):
         variant = radixlm_kernel.decode_launch_variant(bs, backend._eager_splits(bs), kv_dtype)
-        by_variant.setdefault(variant, set()).add(launch_spec(backend, model_runner, recorded, bs))
+        by_variant.setdefault(variant, set()).add(launch_spec(backend, model_runner, recorded, bs, offset=bs % 3))
     assert all(len(specs) == 1 for specs in by_variant.values()), "one variant, two different launches"
     specs = [next(iter(s)) for s in by_variant.values()]
     assert len(set(specs)) == len(specs), "two variants, one launch: the warm-up would repeat a compile"
@@ -85,7 +101,7 @@ def test_warm_up_launches_each_variant_once(recorded):
     model_runner = runner(torch.float32, 600)
     backend = create_attention_backend("triton", model_runner)
     backend.num_sms = 132
-    wanted = {launch_spec(backend, model_runner, recorded, bs) for bs in range(1, 601)}
+    wanted = {launch_spec(backend, model_runner, recorded, bs, offset=bs % 3) for bs in range(1, 601)}
     del recorded[:]
     launches = backend.warm_up(model_runner)
     split_launches = [entry for entry in recorded if entry[0] == "split"]
