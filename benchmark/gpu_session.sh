@@ -29,6 +29,7 @@
 #     shared_prefix offline_hf | OFFLINE_TAG=f92 OFFLINE_FLAGS="--mem-fraction-static 0.92" offline_ci_x | logprob_memory
 #   eighteenth session: OFFLINE_FLAGS="--schedule-policy lof" OFFLINE_TAG=lof offline_ci_x offline_ci |
 #     one_batch_small offline_ci online | shared_prefix parity
+#   thirty-sixth session: shared_prefix_fresh; offline_ci | online | (next, for 2213824) shared_prefix_fresh_radix
 #   thirty-fifth session: offline_ci online parity shared_prefix | OFFLINE_TAG=nolag OFFLINE_ENV=RADIXLM_LAG_FOR_FREES=0
 #     offline_ci_x one_batch_small | shared_prefix_radix kernels; shared_prefix_radix | (next) shared_prefix_fresh
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
