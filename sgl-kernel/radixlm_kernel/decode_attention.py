@@ -539,6 +539,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
                           or split_counters.dtype != torch.int32):
         raise ValueError(f"split_counters {tuple(split_counters.shape)} {split_counters.dtype} do not fit bs {bs}, "
                          f"{groups} head groups (int32, zeros between launches)")
+    unread = k_buffer  # stands in for the pointers this launch never reads (see `_rope_args`)
     _decode_split_kernel[grid](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, splits_arg, attn_logits, attn_lse,
         sm_scale, q3.stride(0), q3.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0),
@@ -550,8 +551,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         CASCADE=cascade is not None, SPLIT_BASE=base, KV_FP8=fp8, VIA_F16=fp8 and FP8_VIA_F16,
         SWAP_AB=swap, SLOTS_AHEAD=ahead,
         HEADS_FASTEST=HEADS_FASTEST, FUSED_MERGE=fused_merge,
-        count_ptr=split_counters if fused_merge else k_buffer,
-        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, k_buffer),
+        count_ptr=split_counters if fused_merge else unread,
+        cnt_s0=split_counters.stride(0) if fused_merge else 0, **_rope_args(rope, unread),
         min_split=decode_splits.MIN_SPLIT_LEN, grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len,
         SPLIT_ALIGN=align, num_warps=warps, num_stages=stages, **pdl_args(q))
     if direct or fused_merge:
@@ -565,9 +566,10 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
 
 
 def _rope_args(rope: Optional[DecodeRope], placeholder: torch.Tensor) -> dict:
-    """The split kernel's rope arguments; without `rope`, `placeholder` (never read) stands in for the tensors.
-    Triton keys its compiles on a pointer's 16-byte alignment, so the placeholder must be a tensor whose
-    alignment never changes between launches (the pool's k buffer), not a per-batch slice such as seq_lens:
+    """The split kernel's rope arguments; without `rope`, `placeholder` (never read) stands in for the tensors,
+    as it does for the fused merge's counters without that merge. Triton keys its compiles on a pointer's
+    16-byte alignment, so the placeholder must be a tensor whose alignment never changes between launches (the
+    pool's k buffer), not a per-batch slice such as seq_lens:
     an extend's last-query launch with a misaligned seq_lens compiled a variant of its own (~1 s) inside a
     timed run (RESULTS.md, thirty-sixth session)."""
     if rope is None:
