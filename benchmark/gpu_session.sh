@@ -32,7 +32,6 @@
 #   thirty-sixth session: shared_prefix_fresh; offline_ci | online | (next, for 2213824) shared_prefix_fresh_radix
 #   thirty-fifth session: offline_ci online parity shared_prefix | OFFLINE_TAG=nolag OFFLINE_ENV=RADIXLM_LAG_FOR_FREES=0
 #     offline_ci_x one_batch_small | shared_prefix_radix kernels; shared_prefix_radix | (next) shared_prefix_fresh
-#   thirty-eighth session: cuda_decode_tests cuda_decode (the CUDA-core decode attention against the Triton kernel)
 #   two GPUs (nvidia-h200-x2, issue 9): bash benchmark/gpu_session.sh tp_parity one_batch_tp offline_ci_tp2
 # Needs the carried folders .whl (bash ../shared/device/fetch-wheels.sh) and .models
 # (python ../shared/models/make_tokenizer.py ../shared/models/llama-3.1-8b .models/llama-3.1-8b).
@@ -294,9 +293,6 @@ for what in "$@"; do
                  --load-format dummy --dtype bfloat16 --dataset random --num-prompts 500 --random-input-len 4096 \
                  --random-output-len 2048 --random-range-ratio 0 --skip-hf --cuda-graph-max-bs 512
              python3 benchmark/step_trace_summary.py "$RADIXLM_STEP_TRACE") ;;
-    cuda_decode_tests) step cuda_decode_tests 300 python3 -m pytest -q test/kernel/test_cuda_decode.py \
-                      test/kernel/test_triton_backend.py -k "cuda_decode or matches_torch_native" ;;
-    cuda_decode) STEP_TAIL=60 step cuda_decode 420 python3 benchmark/gpu_cuda_decode.py ${TILES_CASES:+--decode $TILES_CASES} ;;
     decode_tiles) STEP_TAIL=60 step decode_tiles 420 python3 benchmark/gpu_decode_tiles.py ${TILES_CASES:+--decode $TILES_CASES} ;;
     decode_splits) step decode_splits 300 python3 benchmark/gpu_kernel_sweep.py --splits-only \
                  --decode ${SPLITS_CASES:-1x2048,2x2600r,4x2048,4x2600r,6x2600r,8x2048,8x2560r,12x2048r,16x1024,16x2048r,32x2048r,64x2048r} ;;

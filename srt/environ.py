@@ -52,13 +52,6 @@ def decode_cascade() -> bool:
     return _get("DECODE_CASCADE", "1") != "0"
 
 
-def decode_cuda_attention() -> bool:
-    """RADIXLM_DECODE_CUDA_ATTENTION=1: the triton backend's decode batches of at most 16 rows outside the cascade,
-    over bf16 pools with head dim 128, run `radixlm_kernel.cuda_decode` (CUDA cores) instead of the Triton split
-    kernel; rotary and the KV store then go to the separate kernel. Off by default (an A/B knob until measured)."""
-    return _get("DECODE_CUDA_ATTENTION", "0") == "1"
-
-
 def decode_fused_rope() -> bool:
     """RADIXLM_DECODE_FUSED_ROPE=0: the triton backend's decode (outside cascade batches) takes q/k
     rotated and k/v stored by the separate rotary kernel instead of doing both inside the attention

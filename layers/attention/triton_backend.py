@@ -25,7 +25,6 @@ the host.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
     from radixlm.layers.rotary_embedding import RotaryEmbedding
     from radixlm.model_executor.forward_batch import ForwardBatch
 
-logger = logging.getLogger(__name__)
-
 MAX_KV_SPLITS = 32
 # The decode kernel's split grid outside CUDA graphs (an extend's last queries, a MIXED batch's decodes) for up to
 # EAGER_MAX_BS rows: one value whatever the batch size, so these launches compile one kernel variant (the one the
@@ -53,7 +50,6 @@ MAX_KV_SPLITS = 32
 EAGER_KV_SPLITS = MAX_KV_SPLITS
 EAGER_MAX_BS = 16
 CASCADE_MIN_BS = 16  # smaller decode batches skip the grouping (its ~20 small launches per step)
-CUDA_DECODE_MAX_BS = 16  # with RADIXLM_DECODE_CUDA_ATTENTION=1, decode batches up to this size outside the cascade
 
 
 @dataclass
@@ -116,29 +112,6 @@ class TritonAttnBackend(AttentionBackend):
         self.cascade_members = self.kernel.members_per_block(self.num_q_heads // self.num_kv_heads)
         self.cuda_graph_num_kv_splits: Optional[torch.Tensor] = None
         self.split_counters: Optional[torch.Tensor] = None
-        self.cuda_decode = self._cuda_decode_kernel(pool.head_dim) if environ.decode_cuda_attention() else None
-
-    def _cuda_decode_kernel(self, head_dim: int) -> Optional[object]:
-        """`radixlm_kernel.cuda_decode` where it takes this pool and builds, else None (with a log line why)."""
-        from radixlm_kernel import cuda_decode
-
-        group = self.num_q_heads // self.num_kv_heads
-        if self.device.type != "cuda" or self.kv_dtype != torch.bfloat16 or head_dim != cuda_decode.HEAD_DIM \
-                or self.v_head_dim != head_dim or group > cuda_decode.MAX_GROUP:
-            logger.warning("RADIXLM_DECODE_CUDA_ATTENTION ignored: the CUDA decode kernel takes bf16 pools on CUDA "
-                           "with head dim %d and up to %d q heads per kv head (here %s %s, head dim %d, %d per kv "
-                           "head)", cuda_decode.HEAD_DIM, cuda_decode.MAX_GROUP, self.device.type, self.kv_dtype,
-                           head_dim, group)
-            return None
-        if cuda_decode.load() is None:
-            logger.warning("RADIXLM_DECODE_CUDA_ATTENTION ignored: %s", cuda_decode.load_error)
-            return None
-        return cuda_decode
-
-    def _uses_cuda_decode(self, forward_batch: "ForwardBatch") -> bool:
-        """A host decision on the (padded) batch size only, so capture and replay agree."""
-        return (self.cuda_decode is not None and forward_batch.batch_size <= CUDA_DECODE_MAX_BS
-                and not self._use_cascade(forward_batch))
 
     # ---- metadata ------------------------------------------------------------------------
 
@@ -305,8 +278,6 @@ class TritonAttnBackend(AttentionBackend):
         if not isinstance(meta, DecodeMetadata):
             raise RuntimeError("init_forward_metadata was not called for this decode batch")
         self._save_kv(k, v, layer, forward_batch, save_kv_cache)
-        if rope is None and meta.cascade is None and self._uses_cuda_decode(forward_batch):
-            return self._cuda_decode_attention(q, layer, forward_batch, meta)
         return self._decode_attention(
             q, layer, forward_batch, meta.num_kv_splits, self._grid_splits(q.shape[0], meta.cascade is not None),
             attn_logits=meta.attn_logits, attn_lse=meta.attn_lse, order=meta.order, cascade=meta.cascade,
@@ -332,23 +303,9 @@ class TritonAttnBackend(AttentionBackend):
             num_kv_splits, layer.scaling, max_kv_splits=max_kv_splits, **launch)
         return o.view(bs, -1)
 
-    def _cuda_decode_attention(self, q: torch.Tensor, layer: "RadixAttention", forward_batch: "ForwardBatch",
-                               meta: DecodeMetadata) -> torch.Tensor:
-        """`cuda_decode.decode_attention_cuda` over the same grid, scratch and counters as the Triton kernel."""
-        k_buf, v_buf = forward_batch.token_to_kv_pool.get_kv_buffer(layer.layer_id)
-        bs = q.shape[0]
-        o = q.new_empty(bs, layer.tp_q_head_num, layer.v_head_dim)
-        self.cuda_decode.decode_attention_cuda(
-            q.view(bs, layer.tp_q_head_num, layer.head_dim), k_buf, v_buf, o,
-            forward_batch.req_to_token_pool.req_to_token, forward_batch.req_pool_indices, forward_batch.seq_lens,
-            layer.scaling, self._grid_splits(bs), meta.attn_logits, meta.attn_lse, meta.split_counters)
-        return o.view(bs, -1)
-
     def takes_decode_rope(self, forward_batch: "ForwardBatch") -> bool:
-        """Decode batches outside the cascade (its prefix kernel reads the pool before the split kernel) and
-        outside the CUDA decode kernel (it takes q/k rotated and k/v stored)."""
-        return (self.fused_rope and forward_batch.forward_mode.is_decode() and not self._use_cascade(forward_batch)
-                and not self._uses_cuda_decode(forward_batch))
+        """Decode batches outside the cascade (its prefix kernel reads the pool before the split kernel)."""
+        return self.fused_rope and forward_batch.forward_mode.is_decode() and not self._use_cascade(forward_batch)
 
     def forward_decode_rope(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "RadixAttention",
                             forward_batch: "ForwardBatch", rope: "RotaryEmbedding") -> torch.Tensor:

@@ -20,17 +20,22 @@ process loads it without compiling.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import shutil
+import tempfile
 from types import ModuleType
 from typing import Optional
 
 import torch
 
-from radixlm_kernel.cuda_build import csrc, load_cached
 from radixlm_kernel.utils import pdl_on_gpu
 
-SOURCES = csrc("gemv_binding.cpp", "gemv_plain.cu", "gemv_norm.cu", "gemv_norm_silu.cu")
-HEADERS = csrc("gemv.h", "gemv_kernel.cuh", "gemv_mma.cuh", "gemv_launch.cuh")
+CSRC = os.path.join(os.path.dirname(__file__), "csrc")
+SOURCES = [os.path.join(CSRC, name) for name in
+           ("gemv_binding.cpp", "gemv_plain.cu", "gemv_norm.cu", "gemv_norm_silu.cu")]
+HEADERS = [os.path.join(CSRC, name) for name in ("gemv.h", "gemv_kernel.cuh", "gemv_mma.cuh", "gemv_launch.cuh")]
 # CUDA cores: id -> (ROWS, UNROLL), as gemv_kernel.cuh
 CONFIGS = {0: (2, 2), 1: (4, 2), 2: (2, 4), 3: (1, 4), 4: (4, 1)}
 # tensor cores (mma.sync): id -> (warps splitting one 16-row tile's K, at most the block's; UNROLL), as gemv_mma.cuh
@@ -80,6 +85,40 @@ def pdl_bits(x: torch.Tensor) -> int:
     return int(value)
 
 
+def cache_dir() -> str:
+    root = os.environ.get("RADIXLM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "radixlm")
+    return os.path.join(root, "kernels")
+
+
+def build_key(arch: str) -> str:
+    digest = hashlib.sha256()
+    for path in SOURCES + HEADERS:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    digest.update(f"{torch.__version__}|{torch.version.cuda}|{arch}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _import_so(name: str, path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(name: str, arch: str, target: str) -> ModuleType:
+    from torch.utils.cpp_extension import load as load_extension
+
+    with tempfile.TemporaryDirectory(prefix="radixlm_gemv_") as build_dir:
+        module = load_extension(name=name, sources=SOURCES, build_directory=build_dir, verbose=False,
+                                extra_cuda_cflags=["-O3", arch], extra_include_paths=[CSRC])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        staged = f"{target}.{os.getpid()}.tmp"
+        shutil.copyfile(module.__file__, staged)
+        os.replace(staged, target)  # atomic: concurrent ranks may build at once
+    return module
+
+
 def load() -> Optional[ModuleType]:
     """The built extension, or None where it cannot be built (`load_error` says why)."""
     global _ext, load_error
@@ -89,7 +128,11 @@ def load() -> Optional[ModuleType]:
         load_error = "no CUDA device"
         return None
     try:
-        _ext = load_cached("radixlm_gemv", SOURCES, HEADERS)
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"
+        name = f"radixlm_gemv_{build_key(arch)}"
+        target = os.path.join(cache_dir(), f"{name}.so")
+        _ext = _import_so(name, target) if os.path.exists(target) else _build(name, arch, target)
     except Exception as e:  # noqa: BLE001 - no nvcc / ninja: the caller falls back to cuBLAS
         load_error = f"{type(e).__name__}: {e}"
     return _ext

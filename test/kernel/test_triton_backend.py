@@ -25,21 +25,18 @@ Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 1, 32, 2
 class Harness:
     """One request table and allocator; two KV pools, one per backend."""
 
-    def __init__(self, device: str, dtype: torch.dtype, rows: int = 4, heads: tuple[int, int, int] = (Q_HEADS,
-                 KV_HEADS, HEAD_DIM)) -> None:
+    def __init__(self, device: str, dtype: torch.dtype, rows: int = 4) -> None:
         self.device, self.dtype = device, dtype
-        self.q_heads, self.kv_heads, self.head_dim = heads
         self.req_to_token_pool = ReqToTokenPool(rows, 512, device)
         self.allocator = TokenToKVPoolAllocator(1024, device)
         self.runners = {name: self._runner() for name in ("torch_native", "triton")}
         self.backends = {name: create_attention_backend(name, r) for name, r in self.runners.items()}
-        self.layer = RadixAttention(self.q_heads, self.head_dim, self.head_dim ** -0.5, self.kv_heads, layer_id=1)
+        self.layer = RadixAttention(Q_HEADS, HEAD_DIM, HEAD_DIM ** -0.5, KV_HEADS, layer_id=1)
         self.lens: dict[int, int] = {}  # req_to_token row -> tokens cached
 
     def _runner(self) -> SimpleNamespace:
-        pool = MHATokenToKVPool(1024, self.dtype, self.kv_heads, self.head_dim, LAYERS, self.device)
-        config = SimpleNamespace(num_attention_heads=self.q_heads, num_key_value_heads=self.kv_heads,
-                                 head_dim=self.head_dim)
+        pool = MHATokenToKVPool(1024, self.dtype, KV_HEADS, HEAD_DIM, LAYERS, self.device)
+        config = SimpleNamespace(num_attention_heads=Q_HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM)
         return SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=self.req_to_token_pool,
                                model_config=config, device=torch.device(self.device))
 
@@ -70,9 +67,9 @@ class Harness:
 
     def run(self, fb: ForwardBatch, tol: dict, graph_hook: str = "") -> None:
         n = fb.num_tokens
-        q = torch.randn(n, self.q_heads * self.head_dim, device=self.device, dtype=self.dtype)
-        k = torch.randn(n, self.kv_heads * self.head_dim, device=self.device, dtype=self.dtype)
-        v = torch.randn(n, self.kv_heads * self.head_dim, device=self.device, dtype=self.dtype)
+        q = torch.randn(n, Q_HEADS * HEAD_DIM, device=self.device, dtype=self.dtype)
+        k = torch.randn(n, KV_HEADS * HEAD_DIM, device=self.device, dtype=self.dtype)
+        v = torch.randn(n, KV_HEADS * HEAD_DIM, device=self.device, dtype=self.dtype)
         outs = {}
         for name, backend in self.backends.items():
             fb.token_to_kv_pool, fb.attn_backend = self.runners[name].token_to_kv_pool, backend
@@ -231,29 +228,3 @@ def test_decode_rope_matches_torch_native(device: str, dtype: torch.dtype, tol: 
     fb = h.batch(ForwardMode.DECODE, list(range(20)), [1] * 20)
     fb.attn_backend = triton
     assert triton.cascade_enabled and not h.layer.takes_rope(fb)  # 20 rows: the cascade's batch size
-
-
-def test_cuda_decode_kernel_when_asked(device: str, dtype: torch.dtype, tol: dict,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """RADIXLM_DECODE_CUDA_ATTENTION=1: on CUDA, decode batches below the cascade's size run the CUDA-core kernel
-    (q/k rotated and k/v stored before it) and match torch_native, eager and through the graph hooks; elsewhere
-    (the CPU, or a head dim it does not take) the backend keeps the Triton kernel."""
-    from radixlm_kernel import cuda_decode
-
-    monkeypatch.setenv("RADIXLM_DECODE_CUDA_ATTENTION", "1")
-    torch.manual_seed(5)
-    small = Harness(device, dtype)  # head dim 32
-    assert small.backends["triton"].cuda_decode is None
-    if device != "cuda" or cuda_decode.load() is None:
-        return
-    h = Harness(device, dtype, rows=20, heads=(8, 2, 128))
-    triton = h.backends["triton"]
-    assert triton.cuda_decode is cuda_decode
-    h.run(h.batch(ForwardMode.EXTEND, [2, 0, 1], [30, 7, 700]), tol)
-    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1], [1, 1, 1]), tol)
-    fb = h.batch(ForwardMode.DECODE, [2, 0, 1], [1, 1, 1])
-    assert not triton.takes_decode_rope(fb)
-    triton.init_cuda_graph_state(max_bs=8)
-    h.run(fb, tol, graph_hook="capture")
-    h.run(h.batch(ForwardMode.DECODE, [2, 0, 1], [1, 1, 1]), tol, graph_hook="replay")
-    assert int(triton.cuda_graph_split_counters.abs().sum()) == 0
