@@ -30,6 +30,7 @@ from typing import Optional
 
 import torch
 
+from radixlm_kernel import environ
 from radixlm_kernel.utils import pdl_on_gpu
 
 CSRC = os.path.join(os.path.dirname(__file__), "csrc")
@@ -79,15 +80,7 @@ def pdl_bits(x: torch.Tensor) -> int:
     is over) and PDL_TRIGGER_LATE (4: once its weights are read); 0 is off."""
     if not pdl_on_gpu(x):
         return 0
-    value = os.environ.get("RADIXLM_CUDA_GEMV_PDL", str(DEFAULT_PDL)).strip()
-    if value not in tuple("01234567"):
-        raise ValueError(f"RADIXLM_CUDA_GEMV_PDL must be an integer from 0 to 7, got {value!r}")
-    return int(value)
-
-
-def cache_dir() -> str:
-    root = os.environ.get("RADIXLM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "radixlm")
-    return os.path.join(root, "kernels")
+    return environ.cuda_gemv_pdl(DEFAULT_PDL)
 
 
 def build_key(arch: str) -> str:
@@ -131,7 +124,7 @@ def load() -> Optional[ModuleType]:
         major, minor = torch.cuda.get_device_capability()
         arch = f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}"
         name = f"radixlm_gemv_{build_key(arch)}"
-        target = os.path.join(cache_dir(), f"{name}.so")
+        target = os.path.join(environ.kernel_cache_dir(), f"{name}.so")
         _ext = _import_so(name, target) if os.path.exists(target) else _build(name, arch, target)
     except Exception as e:  # noqa: BLE001 - no nvcc / ninja: the caller falls back to cuBLAS
         load_error = f"{type(e).__name__}: {e}"

@@ -21,14 +21,13 @@ sequence lengths; programs whose split is past `num_kv_splits[b]` exit at once.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 import triton
 import triton.language as tl
 
-from radixlm_kernel import decode_splits
+from radixlm_kernel import decode_splits, environ
 from radixlm_kernel.decode_rope import DecodeRope, rope_load, store_new_kv
 from radixlm_kernel.utils import is_fp8, jit_any_alignment, next_power_of_2, pdl_args, pdl_begin
 
@@ -121,43 +120,13 @@ def kv_heads_per_program(num_kv_heads: int, kv_dtype: torch.dtype) -> int:
     return max(1, min(next_power_of_2(knob), next_power_of_2(num_kv_heads)))
 
 
-def _knobs_from_env(name: str, value: str) -> tuple[int, int, int, bool, int, bool]:
-    """BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS[,SLOTS_AHEAD]] from environment variable `name`
-    (KV_HEADS defaults to 1, SLOTS_AHEAD to 0)."""
-    try:
-        fields = [int(x) for x in value.split(",")]
-        if len(fields) not in (4, 5, 6):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"{name} must be BLOCK_N,WARPS,STAGES,SWAP_AB[,KV_HEADS[,SLOTS_AHEAD]] (four to six "
-                         f"integers), got {value!r}") from None
-    block_n, warps, stages, swap, heads, ahead = fields + [1, 0][len(fields) - 4:]
-    return block_n, warps, stages, bool(swap), heads, bool(ahead)
-
-
-def _small_from_env(value: str) -> tuple[int, tuple[int, int, int, bool, bool]]:
-    """MAX_BS:BLOCK_N,WARPS,STAGES,SWAP_AB,SLOTS_AHEAD from RADIXLM_KERNEL_DECODE_SMALL (bf16 pools' small
-    batches), else an error naming the variable."""
-    try:
-        head, _, knobs = value.partition(":")
-        fields = [int(x) for x in knobs.split(",")]
-        if len(fields) != 5 or int(head) < 0 or min(fields[:3]) < 1:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"RADIXLM_KERNEL_DECODE_SMALL must be MAX_BS:BLOCK_N,WARPS,STAGES,SWAP_AB,SLOTS_AHEAD "
-                         f"(e.g. 4:64,4,3,0,1), got {value!r}") from None
-    block_n, warps, stages, swap, ahead = fields
-    return int(head), (block_n, warps, stages, bool(swap), bool(ahead))
-
-
-if os.environ.get("RADIXLM_KERNEL_DECODE_SMALL"):
-    SMALL_BS[False], SMALL_KNOBS[False] = _small_from_env(os.environ["RADIXLM_KERNEL_DECODE_SMALL"])
-if os.environ.get("RADIXLM_KERNEL_FP8_DECODE"):
-    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _knobs_from_env(
-        "RADIXLM_KERNEL_FP8_DECODE", os.environ["RADIXLM_KERNEL_FP8_DECODE"])
-if os.environ.get("RADIXLM_KERNEL_DECODE"):
-    BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, KV_HEADS, SLOTS_AHEAD = _knobs_from_env(
-        "RADIXLM_KERNEL_DECODE", os.environ["RADIXLM_KERNEL_DECODE"])
+# environment overrides (`radixlm_kernel.environ`), for A/B runs
+if (_small := environ.decode_small()) is not None:
+    SMALL_BS[False], SMALL_KNOBS[False] = _small
+if (_fp8_knobs := environ.decode_knobs(fp8=True)) is not None:
+    FP8_BLOCK_N, FP8_NUM_WARPS, FP8_NUM_STAGES, FP8_SWAP_AB, FP8_KV_HEADS, FP8_SLOTS_AHEAD = _fp8_knobs
+if (_knobs := environ.decode_knobs(fp8=False)) is not None:
+    BLOCK_N, NUM_WARPS, NUM_STAGES, SWAP_AB, KV_HEADS, SLOTS_AHEAD = _knobs
 
 
 # the split kernel's per-request index arrays: their alignment is left out of its specialization key
@@ -508,14 +477,7 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
 
         base = PREFIX_SPLITS
     slots = base + max_kv_splits
-    if attn_logits is None:
-        attn_logits = torch.empty((bs, num_q_heads, slots, v_head_dim), dtype=torch.float32, device=q.device)
-    if attn_lse is None:
-        attn_lse = torch.empty((bs, num_q_heads, slots), dtype=torch.float32, device=q.device)
-    if (attn_logits.shape[0] < bs or attn_logits.shape[1] != num_q_heads or attn_logits.shape[2] < slots
-            or attn_lse.shape[0] < bs or attn_lse.shape[1] != num_q_heads or attn_lse.shape[2] < slots):
-        raise ValueError(f"scratch buffers {tuple(attn_logits.shape)} / {tuple(attn_lse.shape)} do not fit "
-                         f"bs {bs}, {num_q_heads} q heads, {slots} splits")
+    attn_logits, attn_lse = _split_scratch(attn_logits, attn_lse, bs, num_q_heads, slots, v_head_dim, q.device)
     if cascade is not None:
         from radixlm_kernel.cascade_attention import cascade_prefix_fwd
 
@@ -533,12 +495,8 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
     block_g = next_power_of_2(group)
     groups = triton.cdiv(num_kv_heads, heads)
     grid = (groups, max_kv_splits, bs) if HEADS_FASTEST else (bs, groups, max_kv_splits)
-    if fused_merge and split_counters is None:
-        split_counters = torch.zeros((bs, groups), dtype=torch.int32, device=q.device)
-    elif fused_merge and (split_counters.shape[0] < bs or split_counters.shape[1] < groups
-                          or split_counters.dtype != torch.int32):
-        raise ValueError(f"split_counters {tuple(split_counters.shape)} {split_counters.dtype} do not fit bs {bs}, "
-                         f"{groups} head groups (int32, zeros between launches)")
+    if fused_merge:
+        split_counters = _split_counters(split_counters, bs, groups, q.device)
     unread = k_buffer  # stands in for the pointers this launch never reads (see `_rope_args`)
     _decode_split_kernel[grid](
         q3, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, splits_arg, attn_logits, attn_lse,
@@ -563,6 +521,30 @@ def decode_attention_fwd(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torc
         o3.stride(1), v_head_dim, BLOCK_S=next_power_of_2(slots), BLOCK_DV=next_power_of_2(v_head_dim),
         CASCADE=cascade is not None, SPLIT_BASE=base, min_split=decode_splits.MIN_SPLIT_LEN,
         grid_splits=max_kv_splits, SPLITS_FROM_LEN=from_len, SPLIT_ALIGN=align, num_warps=4, **pdl_args(q))
+
+
+def _split_scratch(attn_logits: Optional[torch.Tensor], attn_lse: Optional[torch.Tensor], bs: int, num_q_heads: int,
+                   slots: int, v_head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split kernel's partial outputs and log-sum-exps: the caller's (checked to fit), else new ones."""
+    if attn_logits is None:
+        attn_logits = torch.empty((bs, num_q_heads, slots, v_head_dim), dtype=torch.float32, device=device)
+    if attn_lse is None:
+        attn_lse = torch.empty((bs, num_q_heads, slots), dtype=torch.float32, device=device)
+    if (attn_logits.shape[0] < bs or attn_logits.shape[1] != num_q_heads or attn_logits.shape[2] < slots
+            or attn_lse.shape[0] < bs or attn_lse.shape[1] != num_q_heads or attn_lse.shape[2] < slots):
+        raise ValueError(f"scratch buffers {tuple(attn_logits.shape)} / {tuple(attn_lse.shape)} do not fit "
+                         f"bs {bs}, {num_q_heads} q heads, {slots} splits")
+    return attn_logits, attn_lse
+
+
+def _split_counters(counters: Optional[torch.Tensor], bs: int, groups: int, device: torch.device) -> torch.Tensor:
+    """The fused merge's finished-split counters: the caller's (checked to fit), else new zeros."""
+    if counters is None:
+        return torch.zeros((bs, groups), dtype=torch.int32, device=device)
+    if counters.shape[0] < bs or counters.shape[1] < groups or counters.dtype != torch.int32:
+        raise ValueError(f"split_counters {tuple(counters.shape)} {counters.dtype} do not fit bs {bs}, "
+                         f"{groups} head groups (int32, zeros between launches)")
+    return counters
 
 
 def _rope_args(rope: Optional[DecodeRope], placeholder: torch.Tensor) -> dict:

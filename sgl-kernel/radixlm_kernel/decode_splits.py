@@ -6,11 +6,12 @@ the batch size or a device tensor op, so a CUDA graph records it.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 import triton
+
+from radixlm_kernel import environ
 
 # Tuning knobs, module-level so a sweep (benchmark/gpu_kernel_sweep.py --splits-only, --occupancy-only) can set them
 MIN_SPLIT_LEN = 64  # fewer tokens per split and the merge costs more than the parallelism gains
@@ -34,23 +35,8 @@ OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((8, 6), (16, 4), (64, 6))
 FP8_OCCUPANCY_BANDS: tuple[tuple[int, int], ...] = ((4, 2), (16, 3), (64, 4))
 
 
-def _occupancy_from_env(value: str) -> tuple[int, tuple[tuple[int, int], ...]]:
-    """OCCUPANCY and OCCUPANCY_BANDS from RADIXLM_KERNEL_DECODE_OCCUPANCY: "OCCUPANCY[,MAX_BS:OCC]...",
-    positive integers (e.g. "2,4:2,16:3", the eighteenth session's defaults); bands come back sorted."""
-    try:
-        head, *bands = value.split(",")
-        occupancy = int(head)
-        pairs = tuple(sorted((int(a), int(b)) for a, b in (band.split(":") for band in bands)))
-        if occupancy < 1 or any(a < 1 or b < 1 for a, b in pairs):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"RADIXLM_KERNEL_DECODE_OCCUPANCY must be OCCUPANCY[,MAX_BS:OCCUPANCY]... (positive "
-                         f"integers, e.g. 2,8:6,16:4), got {value!r}") from None
-    return occupancy, pairs
-
-
-if os.environ.get("RADIXLM_KERNEL_DECODE_OCCUPANCY"):  # split programs per SM, for A/B runs
-    OCCUPANCY, OCCUPANCY_BANDS = _occupancy_from_env(os.environ["RADIXLM_KERNEL_DECODE_OCCUPANCY"])
+if (_occupancy := environ.decode_occupancy()) is not None:  # split programs per SM, for A/B runs
+    OCCUPANCY, OCCUPANCY_BANDS = _occupancy
 
 
 def occupancy_for(bs: int, fp8: bool = False) -> int:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any, Callable
 
 import torch
 import triton
 import triton.language as tl
+
+from radixlm_kernel import environ
 
 
 def next_power_of_2(n: int) -> int:
@@ -62,16 +63,8 @@ def is_fp8(dtype: torch.dtype) -> bool:
 _PDL_CACHE: dict[int, tuple[bool, bool]] = {}
 
 
-def pdl_switch() -> bool:
-    """RADIXLM_PDL: 1 (the default) launches the kernels with PDL where the GPU supports it, 0 without."""
-    value = os.environ.get("RADIXLM_PDL", "1").strip()
-    if value not in ("0", "1"):
-        raise ValueError(f"RADIXLM_PDL must be 0 or 1, got {value!r}")
-    return value == "1"
-
-
 def _triton_has_pdl() -> bool:
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if environ.triton_interpreted():
         return False
     try:
         from triton.backends.nvidia.compiler import CUDAOptions
@@ -86,7 +79,7 @@ def _pdl_for(x: torch.Tensor) -> tuple[bool, bool]:
         return False, False
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     if index not in _PDL_CACHE:
-        gpu = pdl_switch() and torch.cuda.get_device_capability(x.device)[0] >= 9
+        gpu = environ.pdl_switch() and torch.cuda.get_device_capability(x.device)[0] >= 9
         _PDL_CACHE[index] = (gpu, gpu and _triton_has_pdl())
     return _PDL_CACHE[index]
 

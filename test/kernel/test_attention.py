@@ -214,28 +214,6 @@ def test_small_batch_knobs(device: str, dtype: torch.dtype, tol: dict, fp8_tol: 
         torch.testing.assert_close(o, ref.view(bs, -1), **(fp8_tol if fp8 else tol))
 
 
-def test_knobs_from_env() -> None:
-    """RADIXLM_KERNEL_(FP8_)DECODE's value: four to six integers, else an error naming the variable."""
-    from radixlm_kernel.decode_attention import _knobs_from_env
-
-    assert _knobs_from_env("X", "64,2,3,0") == (64, 2, 3, False, 1, False)
-    assert _knobs_from_env("X", "32,8,2,1,4") == (32, 8, 2, True, 4, False)
-    assert _knobs_from_env("X", "64,2,3,1,1,1") == (64, 2, 3, True, 1, True)
-    with pytest.raises(ValueError, match="RADIXLM_KERNEL_FP8_DECODE must be BLOCK_N,WARPS,STAGES,SWAP_AB"):
-        _knobs_from_env("RADIXLM_KERNEL_FP8_DECODE", "64,2,3")
-
-
-def test_small_knobs_from_env() -> None:
-    """RADIXLM_KERNEL_DECODE_SMALL's value: MAX_BS then five integers, else an error naming the variable."""
-    from radixlm_kernel.decode_attention import _small_from_env
-
-    assert _small_from_env("4:64,4,3,0,1") == (4, (64, 4, 3, False, True))
-    assert _small_from_env("16:128,4,2,0,0") == (16, (128, 4, 2, False, False))
-    for bad in ("64,4,3,0,1", "4:64,4,3", "x:64,4,3,0,1", "4:0,4,3,0,1"):
-        with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_SMALL must be MAX_BS:BLOCK_N"):
-            _small_from_env(bad)
-
-
 def test_num_kv_splits_bounds(device: str) -> None:
     from radixlm_kernel.decode_splits import occupancy_for
 
@@ -267,17 +245,6 @@ def test_grid_splits_occupancy_bands(fp8: bool) -> None:
     assert grid_kv_splits(8, 8, 32, 132, fp8=fp8) == (7 if fp8 else 13)
     assert grid_kv_splits(17, 8, 32, 132, fp8=fp8) == (4 if fp8 else 6)  # the cascade-sized band up to 64 rows
     assert grid_kv_splits(65, 8, 32, 132, fp8=fp8) == 1
-
-
-def test_occupancy_from_env() -> None:
-    """RADIXLM_KERNEL_DECODE_OCCUPANCY's value: OCCUPANCY[,MAX_BS:OCC]..., else an error naming the variable."""
-    from radixlm_kernel.decode_splits import _occupancy_from_env
-
-    assert _occupancy_from_env("2") == (2, ())
-    assert _occupancy_from_env("2,16:3,4:2") == (2, ((4, 2), (16, 3)))
-    for bad in ("", "0", "2,0:3", "2,4:0", "a,b", "2,4", "2,4:2:1"):
-        with pytest.raises(ValueError, match="RADIXLM_KERNEL_DECODE_OCCUPANCY must be"):
-            _occupancy_from_env(bad)
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
@@ -385,3 +352,26 @@ def test_fp8_pool(device: str, dtype: torch.dtype, tol: dict, fp8_tol: dict, fp8
     extend_attention_fwd(qe, ke, ve, oe, k_buf, v_buf, *args, new, head_dim ** -0.5)
     extend_attention_ref(qe, ke, ve, refe, k_buf, v_buf, *args, head_dim ** -0.5)
     torch.testing.assert_close(oe, refe, **tol)
+
+
+def test_decode_rejects_buffers_that_do_not_fit(device: str) -> None:
+    """Caller-passed scratch and split counters too small (or of the wrong dtype) for the launch: a ValueError
+    naming them, before any kernel runs; the right sizes then work."""
+    k_buf, v_buf, req_to_token, rows = _pool([300, 200], 2, 64, device, torch.float32)
+    q = torch.randn(2, 4 * 64, device=device)
+    lens = torch.tensor([300, 200], device=device)
+    launch = dict(max_kv_splits=4)
+    with pytest.raises(ValueError, match=r"scratch buffers \(2, 4, 2, 64\) / \(2, 4, 2\) do not fit bs 2"):
+        decode_attention_fwd(q, k_buf, v_buf, torch.empty_like(q), req_to_token, rows, lens, 4, 0.125,
+                             attn_logits=torch.empty(2, 4, 2, 64, device=device),
+                             attn_lse=torch.empty(2, 4, 2, device=device), **launch)
+    for counters in (torch.zeros(1, 2, dtype=torch.int32, device=device),
+                     torch.zeros(2, 2, dtype=torch.int64, device=device)):
+        with pytest.raises(ValueError, match="split_counters .* do not fit bs 2, 2 head groups"):
+            decode_attention_fwd(q, k_buf, v_buf, torch.empty_like(q), req_to_token, rows, lens, 4, 0.125,
+                                 split_counters=counters, **launch)
+    o, ref = torch.empty_like(q), torch.empty(2, 4, 64, device=device)
+    decode_attention_fwd(q, k_buf, v_buf, o, req_to_token, rows, lens, 4, 0.125,
+                         split_counters=torch.zeros(2, 2, dtype=torch.int32, device=device), **launch)
+    decode_attention_ref(q.view(2, 4, 64), k_buf, v_buf, ref, req_to_token, rows, lens, 0.125)
+    torch.testing.assert_close(o, ref.view(2, -1), atol=2e-5, rtol=2e-5)
