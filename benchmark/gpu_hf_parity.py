@@ -9,7 +9,11 @@ What it does, in order:
    `initializer_range = --init-std`) under a fixed seed, in `--dtype` on `--device`, and saves it
    as safetensors in a temp folder with the config's tokenizer (a trivial one when it has none).
    Both engines read that one checkpoint, so they see bit-identical weights.
-2. HF `generate(do_sample=False, eos_token_id=None)` per prompt in `--dtype`, keeping its logits.
+2. HF `generate(do_sample=False, eos_token_id=None)` per prompt in `--dtype`, keeping its logits. Then
+   a control (`--no-hf-control` skips it): the issue's rule applied to HF against itself, i.e. that
+   reference against one batched, left-padded `generate` (the shapes an engine's batch runs) and against
+   the argmax of one teacher-forced forward, same weights and dtype. It says how often HF's own greedy
+   tokens move with nothing but its matmul shapes, at what top-2 gaps.
 3. Our Engine on the same folder (CUDA graphs and the overlap loop on unless disabled by flags),
    greedy, `ignore_eos`, with the top-2 logprobs of every step: computed from the logits the
    sampler saw, after the graph replay, so the forward is the same; they only turn off the
@@ -116,6 +120,43 @@ def hf_generate(model, prompts: list[list[int]], new_tokens: int, device: str
         outs.append(res.sequences[0, len(p):].tolist())
         logits.append(torch.cat([step.float() for step in res.logits]).cpu())
     return outs, logits
+
+
+def hf_generate_batched(model, prompts: list[list[int]], new_tokens: int, device: str) -> list[list[int]]:
+    """Greedy tokens of one `generate` over all prompts, left-padded (HF derives positions from the mask):
+    the same model and weights, but the batched shapes an engine runs (M = len(prompts) in each decode step)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    with torch.no_grad():
+        res = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, eos_token_id=None, pad_token_id=0, return_dict_in_generate=True)
+    return res.sequences[:, width:].tolist()
+
+
+def hf_control(model, prompts: list[list[int]], ref: list[list[int]], hf_logits: list[torch.Tensor],
+               new_tokens: int, device: str, tie_eps: float) -> list[str]:
+    """The issue's rule applied to HF against itself: its per-prompt `generate` (the reference) against (a) one
+    batched, left-padded `generate` and (b) argmax of one teacher-forced forward along the reference's tokens,
+    both in the same dtype on the same weights. A line per control: prompts that diverge, and those where the
+    first difference is at a reference top-2 gap >= tie_eps (what the rule calls a failure)."""
+    batched = hf_generate_batched(model, prompts, new_tokens, device)
+    forced = [teacher_forced(model, p, t, device).argmax(dim=-1).tolist() for p, t in zip(prompts, ref)]
+    lines = []
+    for name, other in (("batched generate", batched), ("teacher-forced argmax", forced)):
+        diverged, fails = [], []
+        for n, r, o, logits in zip((len(p) for p in prompts), ref, other, hf_logits):
+            first = next((i for i, (a, b) in enumerate(zip(r, o)) if a != b), None)
+            if first is None:
+                continue
+            gap = float(top2_gap(logits[first]))
+            diverged.append(f"{n}@{first}")
+            if gap >= tie_eps:
+                fails.append(f"{n}@{first} (gap {gap:.4g})")
+        lines.append(f"hf_control ({name} against per-prompt generate): {len(diverged)} of {len(prompts)} prompts "
+                     f"diverge [{', '.join(diverged) or '-'}]; the issue's rule would FAIL on {len(fails)} "
+                     f"[{', '.join(fails) or '-'}]")
+    return lines
 
 
 def teacher_forced(model, prompt: list[int], tokens: list[int], device: str) -> torch.Tensor:
@@ -251,6 +292,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--mem-fraction-static", type=float, default=0.5, help="cuda only")
     ap.add_argument("--no-engine-logprobs", action="store_true", help="do not ask our Engine for its top-2 logprobs")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint folder")
+    ap.add_argument("--no-hf-control", action="store_true",
+                    help="skip the rule applied to HF against itself (batched and teacher-forced)")
     return ap.parse_args(argv)
 
 
@@ -273,6 +316,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         hf = load_hf(work, dtype, args.device)
         ref, hf_logits = hf_generate(hf, prompts, args.new_tokens, args.device)
+        control = [] if args.no_hf_control else hf_control(hf, prompts, ref, hf_logits, args.new_tokens,
+                                                            args.device, args.tie_eps)
         del hf
         if args.device == "cuda":
             torch.cuda.empty_cache()
@@ -335,6 +380,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ob, ot, ow = fp32_agreement(ours, fp32_ours)
     print(f"fp32_disagreement: tokens that are not fp32's argmax on their own prefix (teacher-forced): "
           f"HF {args.dtype} {hb}/{ht} (worst fp32 regret {hw:.3g}), radixlm {ob}/{ot} (worst {ow:.3g})")
+    for line in control:
+        print(line)
     diverged = [r for r in results if r.first_diff is not None]
     real = [r for r in diverged if not r.cls.startswith("tie")]
     rule_bad = [r for r in results if not r.rule_ok]

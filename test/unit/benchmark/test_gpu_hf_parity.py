@@ -73,4 +73,10 @@ def test_tiny_llama_end_to_end_on_cpu(tmp_path, monkeypatch, capsys) -> None:
     assert "issue_rule: FAIL (1 of 3 prompts" in out and "fp32_check: FAIL (1 first" in out
     assert "radixlm 0/24" in out  # our own tokens are fp32's argmax everywhere (fp32 engine)
     assert "radixlm's own: median" in out  # the Engine returned its top-2 logprobs
+    # the control: HF's real tokens (batched or teacher-forced) differ from the corrupted reference at 40@4
+    controls = [line for line in out.splitlines() if line.startswith("hf_control (")]
+    assert [c.split(")")[0] for c in controls] == ["hf_control (batched generate against per-prompt generate",
+                                                  "hf_control (teacher-forced argmax against per-prompt generate"]
+    for line in controls:
+        assert "40@4" in line and "the issue's rule would FAIL on" in line, line
     assert rc == 1
